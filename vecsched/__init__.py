@@ -1,0 +1,6 @@
+"""vecsched: every waiting request's queue figures, computed at once."""
+
+from ._columns import RowError
+from ._snapshot import ListColumn, Snapshot, SnapshotError, Table, load_snapshot
+
+__all__ = ["ListColumn", "RowError", "Snapshot", "SnapshotError", "Table", "load_snapshot"]
