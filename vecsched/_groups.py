@@ -1,0 +1,121 @@
+"""Grouping helpers: rows that behave alike get one code, computed without Python loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ._snapshot import ListColumn
+
+
+def factorize_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Code each row by the tuple of its values in ``columns``.
+
+    Returns ``(codes, first)``: ``codes[i]`` is the group of row ``i`` (0..G-1,
+    numbered by first appearance) and ``first[g]`` a row of group ``g``.
+    Columns must be integer-like (bool, int, or float without NaN).
+    """
+    n = len(columns[0]) if columns else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    combined = np.zeros(n, dtype=np.int64)
+    cardinality = 1
+    for col in columns:
+        codes, uniques = pd.factorize(col, sort=False)
+        size = max(len(uniques), 1)
+        if cardinality * size >= 2**62:
+            # Re-number the combination so far before it could overflow.
+            combined, kept = pd.factorize(combined, sort=False)
+            combined = combined.astype(np.int64)
+            cardinality = max(len(kept), 1)
+        combined = combined * size + codes
+        cardinality *= size
+    codes, uniques = pd.factorize(combined, sort=False)
+    codes = codes.astype(np.int64)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    # Reversed assignment leaves the smallest row index for each code.
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)
+    return codes, first
+
+
+def set_codes(lists: ListColumn, vocabulary_size: int) -> np.ndarray:
+    """A code per row that is equal exactly when two rows hold the same set of values.
+
+    Order and repeats inside a row do not matter. Sets are compared through two
+    independent 64-bit sums of random keys plus the set size; two different
+    sets collide with probability about 2**-128, which we accept in place of
+    an exact but per-row (Python) comparison. The empty set gets code 0.
+    """
+    n = len(lists)
+    values = lists.values.astype(np.int64, copy=False)
+    owners = lists.owners()
+    # Drop repeats within a row so that ["a", "a"] is the set {"a"}.
+    order = np.lexsort((values, owners))
+    values, owners = values[order], owners[order]
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = (values[1:] != values[:-1]) | (owners[1:] != owners[:-1])
+    values, owners = values[keep], owners[keep]
+    rng = np.random.default_rng(0x5EED_CAFE)
+    key_a = rng.integers(1, 2**63, size=max(vocabulary_size, 1), dtype=np.int64).view(np.uint64)
+    key_b = rng.integers(1, 2**63, size=max(vocabulary_size, 1), dtype=np.int64).view(np.uint64)
+    hash_a = np.zeros(n, dtype=np.uint64)
+    hash_b = np.zeros(n, dtype=np.uint64)
+    _add_sorted(hash_a, owners, key_a[values])
+    _add_sorted(hash_b, owners, key_b[values])
+    sizes = np.bincount(owners, minlength=n)
+    codes, _ = factorize_rows(sizes, hash_a.view(np.int64), hash_b.view(np.int64))
+    # Code 0 is kept for the empty set so callers can test ``== 0``; it may
+    # leave one unused code, which is harmless.
+    codes = codes + 1
+    codes[sizes == 0] = 0
+    return codes
+
+
+def _add_sorted(out: np.ndarray, owners: np.ndarray, keys: np.ndarray) -> None:
+    """``out[owners] += keys`` with wrap-around, faster than ``np.add.at`` on big inputs.
+
+    ``owners`` must be sorted (it is, after the lexsort in :func:`set_codes`).
+    """
+    if len(owners) == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    sums = np.add.reduceat(keys, starts)
+    out[owners[starts]] += sums
+
+
+def overlap_matrix(left: ListColumn, right: ListColumn, vocabulary_size: int) -> np.ndarray:
+    """``out[a, b]``: list ``a`` of ``left`` shares at least one value with list ``b`` of ``right``.
+
+    Built from the pairs that share a value (a join on the value), so its cost
+    follows the number of overlapping pairs, not ``len(left) * len(right) * vocabulary``.
+    """
+    out = np.zeros((len(left), len(right)), dtype=bool)
+    if len(left.values) == 0 or len(right.values) == 0:
+        return out
+    lv = left.values.astype(np.int64)
+    lo = left.owners()
+    rv = right.values.astype(np.int64)
+    ro = right.owners()
+    r_order = np.argsort(rv, kind="stable")
+    rv, ro = rv[r_order], ro[r_order]
+    r_start = np.searchsorted(rv, np.arange(vocabulary_size + 1))
+    partners = r_start[lv + 1] - r_start[lv]
+    total = int(partners.sum())
+    if total == 0:
+        return out
+    # Chunk the join so its temporary arrays stay bounded.
+    chunk = 1 << 24
+    cum = np.cumsum(partners)
+    begin = 0
+    while begin < len(lv):
+        end = int(np.searchsorted(cum, (cum[begin - 1] if begin else 0) + chunk, side="right"))
+        end = max(end, begin + 1)
+        p = partners[begin:end]
+        n_pairs = int(p.sum())
+        if n_pairs:
+            left_rows = np.repeat(lo[begin:end], p)
+            base = np.repeat(r_start[lv[begin:end]] - np.concatenate([[0], np.cumsum(p)[:-1]]), p)
+            right_rows = ro[np.arange(n_pairs) + base]
+            out[left_rows, right_rows] = True
+        begin = end
+    return out
