@@ -1,0 +1,769 @@
+"""Synthetic hordes with the shape of the public AI Horde, built fast enough for benchmarks.
+
+:func:`horde` draws a whole horde at one instant (workers, waiting requests,
+jobs in flight, excluded pairs) from a seeded NumPy generator and returns it as
+a :class:`~vecsched.Snapshot`. Every column is drawn as a whole array: there
+is no Python loop over rows, so a million requests take seconds, not minutes.
+
+The defaults aim at what a live queue looks like rather than at uniform noise,
+because uniform noise hides the cases the estimator exists for: a few models
+take most of the traffic, most text workers serve a single model, speeds spread
+over more than an order of magnitude with a tail below the speed floors, a few
+requests name a model nobody serves, and priorities have a long kudos tail.
+Model names and sizes come from the packaged reference lists
+(``vecsched/data/text_models.csv`` and ``image_models.csv``).
+
+Every knob is a keyword option of :func:`horde`; :data:`SHAPE_DEFAULTS` lists
+them with their defaults and :func:`shape_options` checks them, in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._columns import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
+from ._rules import ONLINE_WINDOW_SECONDS
+from ._snapshot import ListColumn, Snapshot, _to_epoch
+
+__all__ = ["DEFAULT_NOW", "SHAPE_DEFAULTS", "horde", "shape_options"]
+
+DEFAULT_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
+"""The instant of a synthetic horde when ``now`` is not given: fixed, so a seed alone fixes the snapshot."""
+
+REQUEST_LIFETIME = 20 * 60.0  # the horde expires a waiting request 20 minutes after creation
+
+SHAPE_DEFAULTS: dict[str, float | int] = {
+    # -- workers ---------------------------------------------------------------
+    "text_share": 0.5,  # share of workers serving text (the rest serve images)
+    "text_model_pool": 60,  # distinct text models in use (drawn from text_models.csv)
+    "image_model_pool": 140,  # distinct image models in use (drawn from image_models.csv)
+    "zipf_exponent": 1.1,  # model popularity: weight of the k-th most popular model ~ k ** -exponent
+    "unsampled_share": 0.08,  # workers with no speed samples yet (speed null)
+    "offline_share": 0.1,  # workers whose last check-in is older than the online window
+    "paused_share": 0.02,
+    "maintenance_share": 0.03,
+    "chat_opt_in_share": 0.35,  # text workers taking plain and chat jobs
+    "chat_only_share": 0.12,  # text workers taking chat jobs only
+    "trusted_owner_share": 0.7,  # worker owners who are trusted
+    # -- requests --------------------------------------------------------------
+    "text_request_share": 0.4,  # share of requests for text
+    "chat_share": 0.3,  # text requests that are chat requests
+    "any_model_share": 0.08,  # requests naming no model (any model will do)
+    "several_models_share": 0.08,  # requests naming 2 to 4 models
+    "unserved_model_share": 0.02,  # requests naming a model no worker serves
+    "targeted_share": 0.03,  # requests with a worker allow list or block list
+    "blocklist_share": 0.2,  # of the targeted requests, those whose list is a block list
+    "nsfw_share": 0.3,
+    "trusted_share": 0.05,  # requests asking for trusted workers only
+    "validated_share": 0.1,  # text requests asking for validated backends
+    "no_slow_share": 0.12,  # requests with slow_workers false
+    "extra_slow_share": 0.05,  # image requests accepting extra-slow workers
+    "priority_share": 0.3,  # users with extra (kudos-based) priority; the rest have 0
+    "img2img_share": 0.08,  # image requests with a source image
+    "inpainting_share": 0.25,  # of those, the share that inpaint or outpaint
+    "lora_share": 0.15,
+    "ti_share": 0.04,
+    "controlnet_share": 0.03,
+    "post_processing_share": 0.12,
+    "hires_fix_share": 0.08,
+    "tiling_share": 0.01,
+    "transparent_share": 0.01,
+    "extra_source_images_share": 0.01,
+    "expired_share": 0.005,
+    "inactive_share": 0.005,
+    "faulted_share": 0.002,
+    "zero_n_share": 0.005,  # requests whose jobs were all handed out (n = 0)
+    # -- jobs and exclusions ---------------------------------------------------
+    "jobs_in_flight_share": 0.06,  # requests with jobs on workers (processing, a few finished/faulted)
+    "excluded_pair_share": 0.002,  # excluded (worker, request) pairs per request
+}
+"""Every shape option of :func:`horde` with its default.
+
+Names ending in ``_share`` are probabilities in [0, 1]; ``zipf_exponent`` is a
+positive number; the pools are model counts, at least 1 and fewer than the
+reference list holds (so some listed model is always unserved).
+"""
+
+_POOLS = ("text_model_pool", "image_model_pool")
+
+
+def shape_options(**shape: Any) -> dict[str, float | int]:
+    """The complete, checked shape options: :data:`SHAPE_DEFAULTS` updated with ``shape``.
+
+    Parameters
+    ----------
+    **shape
+        Any of the keys of :data:`SHAPE_DEFAULTS`.
+
+    Returns
+    -------
+    dict
+        Every option, given or default.
+
+    Raises
+    ------
+    TypeError
+        For an unknown option or a value of the wrong type.
+    ValueError
+        For a value out of its range.
+
+    Examples
+    --------
+    >>> shape_options(chat_share=0.5)["chat_share"]
+    0.5
+    >>> shape_options(chat_shar=0.5)
+    Traceback (most recent call last):
+    ...
+    TypeError: unknown shape option 'chat_shar'
+    """
+    unknown = sorted(set(shape) - set(SHAPE_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown shape option {unknown[0]!r}")
+    opts = dict(SHAPE_DEFAULTS)
+    reference = _reference()
+    limits = {"text_model_pool": len(reference.text_names), "image_model_pool": len(reference.image_names)}
+    for key, value in shape.items():
+        if key in _POOLS:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"shape option {key!r} must be an integer, got {value!r}")
+            if not 1 <= value < limits[key]:
+                raise ValueError(f"shape option {key!r} must be in [1, {limits[key] - 1}], got {value}")
+            opts[key] = int(value)
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"shape option {key!r} must be a number, got {value!r}")
+        value = float(value)
+        if key == "zipf_exponent":
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"shape option 'zipf_exponent' must be a positive number, got {value}")
+        elif not 0.0 <= value <= 1.0:
+            raise ValueError(f"shape option {key!r} must be in [0, 1], got {value}")
+        opts[key] = value
+    # Options that split one population must leave room for the rest of it.
+    for parts in (
+        ("chat_opt_in_share", "chat_only_share"),
+        ("any_model_share", "several_models_share", "unserved_model_share"),
+    ):
+        if sum(opts[p] for p in parts) > 1.0:
+            raise ValueError(f"shape options {', '.join(parts)} must sum to at most 1")
+    return opts
+
+
+def horde(
+    workers: int = 150,
+    requests: int = 3000,
+    seed: int = 0,
+    *,
+    now: float | datetime | str | None = None,
+    **shape: Any,
+) -> Snapshot:
+    """A synthetic horde at one instant, shaped like the public AI Horde.
+
+    Parameters
+    ----------
+    workers, requests
+        Number of worker rows and request rows (text and image together).
+    seed
+        Seed of the NumPy generator: the same arguments give the same snapshot.
+    now
+        The snapshot's instant (epoch seconds, aware datetime or ISO 8601 text);
+        :data:`DEFAULT_NOW` when omitted.
+    **shape
+        Shape options; see :data:`SHAPE_DEFAULTS` for the names and defaults.
+
+    Returns
+    -------
+    Snapshot
+        Workers, requests (mostly waiting, a few expired, inactive, faulted
+        or with ``n = 0``), jobs in flight and excluded pairs. Every row is
+        valid: ``snapshot.rejected == ()``.
+
+    Examples
+    --------
+    >>> from vecsched.synthetic import horde
+    >>> snap = horde(workers=40, requests=200, seed=1, chat_share=0.5)
+    >>> len(snap.workers), len(snap.requests), snap.rejected
+    (40, 200, ())
+    >>> horde(0, 0).requests.n.size
+    0
+    """
+    for name, value in (("workers", workers), ("requests", requests)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    opts = shape_options(**shape)
+    t_now = DEFAULT_NOW if now is None else _to_epoch(now)
+    rng = np.random.default_rng(seed)
+    ref = _reference()
+    users = _draw_users(rng, int(workers), int(requests), opts)
+    w = _draw_workers(rng, int(workers), t_now, opts, ref, users)
+    r = _draw_requests(rng, int(requests), t_now, opts, ref, users, w)
+    jobs = _draw_jobs(rng, t_now, opts, w, r)
+    pairs = _draw_excluded_pairs(rng, opts, w, r)
+    return Snapshot.from_columns(t_now, w.columns, r.columns, jobs, pairs)
+
+
+# -- reference data ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Reference:
+    """Model names of both gentypes in one code space: text codes first, then image."""
+
+    names: np.ndarray  # object array of every model name, text then image
+    text_names: np.ndarray
+    image_names: np.ndarray
+    text_parameters: np.ndarray  # parameter count by text code
+
+
+@lru_cache(maxsize=1)
+def _reference() -> _Reference:
+    data = resources.files("vecsched.data")
+    with data.joinpath("text_models.csv").open("r", encoding="utf-8") as fh:
+        text = pd.read_csv(fh)
+    with data.joinpath("image_models.csv").open("r", encoding="utf-8") as fh:
+        image = pd.read_csv(fh)
+    text_names = text["name"].to_numpy(dtype=object)
+    image_names = image["name"].to_numpy(dtype=object)
+    return _Reference(
+        names=np.concatenate([text_names, image_names]),
+        text_names=text_names,
+        image_names=image_names,
+        text_parameters=text["parameters"].fillna(0).to_numpy(dtype=float),
+    )
+
+
+# -- small vectorized helpers ---------------------------------------------------------------
+
+
+def _pick(rng: np.random.Generator, choices: Any, weights: Any, size: int) -> np.ndarray:
+    """``size`` draws from ``choices`` with the given relative weights."""
+    choices = np.asarray(choices)
+    p = np.asarray(weights, dtype=float)
+    return choices[rng.choice(len(choices), size=size, p=p / p.sum())]
+
+
+def _zipf(k: int, exponent: float) -> np.ndarray:
+    """Probabilities of ranks 1..k with weight rank ** -exponent."""
+    w = np.arange(1, k + 1, dtype=float) ** -exponent
+    return w / w.sum()
+
+
+def _uuids(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` random version-4 UUID strings (object array), as the horde uses for ids.
+
+    Built as a byte matrix and decoded once, because formatting a million ids
+    one by one in Python would dominate the whole build.
+    """
+    nibbles = rng.integers(0, 16, size=(n, 32), dtype=np.uint8)
+    nibbles[:, 12] = 4  # version 4
+    nibbles[:, 16] = 8 | (nibbles[:, 16] & 3)  # RFC 4122 variant
+    chars = np.full((n, 36), ord("-"), dtype=np.uint8)
+    digits = np.r_[0:8, 9:13, 14:18, 19:23, 24:36]
+    chars[:, digits] = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]
+    return chars.view("S36").ravel().astype("U36").astype(object)
+
+
+def _csr(n_rows: int, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (offsets, values) from (row, value) pairs; order within a row is kept."""
+    order = np.argsort(rows, kind="stable")
+    offsets = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=offsets[1:])
+    return offsets, values[order]
+
+
+def _unique_pairs(rows: np.ndarray, values: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, value) pairs without repeats, sorted by row then value."""
+    key = np.unique(rows.astype(np.int64) * width + values)
+    return key // width, key % width
+
+
+def _top_k_without_replacement(
+    rng: np.random.Generator, probabilities: np.ndarray, k: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row, ``k[row]`` distinct items drawn by weight (Gumbel top-k).
+
+    Returns (rows, items) in row order, the likeliest-looking item first in
+    each row. Sorting one Gumbel-perturbed matrix replaces a per-row
+    ``rng.choice(replace=False)`` loop.
+    """
+    n, m = len(k), len(probabilities)
+    if n == 0 or m == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    keys = np.log(probabilities)[None, :] + rng.gumbel(size=(n, m))
+    order = np.argsort(-keys, axis=1)
+    take = np.arange(m)[None, :] < np.minimum(k, m)[:, None]
+    rows = np.broadcast_to(np.arange(n)[:, None], (n, m))[take]
+    return rows, order[take]
+
+
+# -- users --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Users:
+    ids: np.ndarray  # horde user ids (integers as text), object array
+    trusted: np.ndarray
+    priority: np.ndarray  # extra priority of the user's requests
+
+
+def _draw_users(rng: np.random.Generator, n_workers: int, n_requests: int, opts: dict[str, Any]) -> _Users:
+    size = max(1, n_workers + n_requests // 10)
+    # Increasing gaps give distinct ids without a per-user check.
+    numbers = 1000 + np.cumsum(rng.integers(1, 40, size=size))
+    priority = np.zeros(size, dtype=np.int64)
+    # Extra priority comes from kudos: most users have none, the rest a long tail.
+    rich = rng.random(size) < opts["priority_share"]
+    priority[rich] = np.minimum(np.rint(rng.lognormal(math.log(5000), 1.8, size=int(rich.sum()))), 5e7).astype(np.int64)
+    return _Users(ids=numbers.astype(str).astype(object), trusted=rng.random(size) < 0.1, priority=priority)
+
+
+# -- workers ------------------------------------------------------------------------------
+
+# Text bridges by the family of the worker's first model: koboldcpp/ names come from
+# KoboldCpp, aphrodite/ names from the aphrodite worker, bare names from the rest.
+_KOBOLDCPP_AGENTS = (
+    ("KoboldCppEmbedWorker:2:https://github.com/LostRuins/koboldcpp", 0.6),
+    ("KoboldCppEmbedWorker:1:https://github.com/LostRuins/koboldcpp", 0.2),
+    ("KoboldCpp:1.79:https://github.com/LostRuins/koboldcpp", 0.2),
+)
+_APHRODITE_AGENTS = (
+    ("AI Horde Worker~aphrodite~oai:24:https://github.com/Haidra-Org/AI-Horde-Worker", 0.5),
+    ("AI Horde Worker~aphrodite~kai:23:https://github.com/Haidra-Org/AI-Horde-Worker", 0.3),
+    ("aphrodite-engine:0.6:https://github.com/PygmalionAI/aphrodite-engine", 0.2),
+)
+_OTHER_TEXT_AGENTS = (
+    ("TabbyAPI:1:https://github.com/theroyallab/tabbyAPI", 0.35),
+    ("AI Horde Worker:24:https://github.com/Haidra-Org/AI-Horde-Worker", 0.25),
+    ("tabbyAPI-horde-bridge:0.3:unknown", 0.15),
+    ("text-generation-webui:1:unknown", 0.15),
+    ("unknown:0:unknown", 0.1),
+)
+_REGEN = "AI Horde Worker reGen"
+_REGEN_URL = "https://github.com/Haidra-Org/horde-worker-reGen"
+# Most image workers keep up with reGen releases; a few lag behind.
+_REGEN_MAJOR_WEIGHTS = (0.02, 0.03, 0.03, 0.04, 0.05, 0.08, 0.15, 0.25, 0.35)
+_OTHER_IMAGE_AGENTS = (
+    ("AI Horde Worker:23:https://github.com/Haidra-Org/AI-Horde-Worker", 0.6),
+    ("unknown:0:unknown", 0.4),
+)
+
+_TEXT_MAX_LENGTHS = ((80, 0.03), (120, 0.05), (160, 0.05), (200, 0.1), (240, 0.1), (256, 0.17), (300, 0.1), (400, 0.05), (512, 0.35))
+_TEXT_CONTEXTS = (
+    (1024, 0.03), (2048, 0.12), (4096, 0.25), (6144, 0.05), (8192, 0.25),
+    (12288, 0.05), (16384, 0.15), (24576, 0.03), (32768, 0.07),
+)  # fmt: skip
+_MAX_PIXELS = ((512 * 512, 0.1), (768 * 768, 0.2), (1024 * 1024, 0.35), (1536 * 1024, 0.15), (1536 * 1536, 0.12), (2048 * 2048, 0.08))
+_THREADS = ((1, 0.74), (2, 0.14), (3, 0.04), (4, 0.05), (5, 0.01), (6, 0.01), (8, 0.007), (12, 0.003))
+
+
+def _split(pairs: tuple[tuple[Any, float], ...]) -> tuple[list[Any], list[float]]:
+    return [a for a, _ in pairs], [b for _, b in pairs]
+
+
+@dataclass
+class _Workers:
+    columns: dict[str, Any]
+    gentype: np.ndarray
+    online: np.ndarray
+    usable: np.ndarray  # online and not paused: could hold a job
+    model_offsets: np.ndarray
+    model_codes: np.ndarray  # into _Reference.names
+    ids: np.ndarray
+    text_pool: np.ndarray  # codes of the text models in use, most popular first
+    image_pool: np.ndarray
+
+
+def _draw_workers(
+    rng: np.random.Generator, n: int, now: float, opts: dict[str, Any], ref: _Reference, users: _Users
+) -> _Workers:
+    gentype = np.where(rng.random(n) < opts["text_share"], TEXT, IMAGE).astype(np.int8)
+    is_text = gentype == TEXT
+    n_text = int(is_text.sum())
+    text_rows, image_rows = np.flatnonzero(is_text), np.flatnonzero(~is_text)
+
+    # Model pools: which reference models are in use, most popular first.
+    n_text_ref = len(ref.text_names)
+    text_pool = rng.permutation(n_text_ref)[: opts["text_model_pool"]]
+    image_pool = n_text_ref + rng.permutation(len(ref.image_names))[: opts["image_model_pool"]]
+    text_p = _zipf(len(text_pool), opts["zipf_exponent"])
+    image_p = _zipf(len(image_pool), opts["zipf_exponent"])
+
+    # Text workers load one model, sometimes two or three; image workers tens.
+    k_text = _pick(rng, [1, 2, 3], [0.85, 0.12, 0.03], n_text)
+    few = rng.random(n - n_text) < 0.2
+    k_image = np.where(
+        few,
+        rng.integers(1, 5, size=n - n_text),
+        np.clip(np.rint(rng.lognormal(math.log(25), 0.6, size=n - n_text)), 5, len(image_pool)),
+    ).astype(np.int64)
+    tr, tm = _top_k_without_replacement(rng, text_p, k_text)
+    ir, im = _top_k_without_replacement(rng, image_p, k_image)
+    rows = np.concatenate([text_rows[tr], image_rows[ir]])
+    codes = np.concatenate([text_pool[tm], image_pool[im]]).astype(np.int64)
+    model_offsets, model_codes = _csr(n, rows, codes)
+    # Every worker serves at least one model (k >= 1 and the pools are not empty).
+    first_code = model_codes[model_offsets[:-1]] if n else np.zeros(0, dtype=np.int64)
+
+    # Speeds: lognormal like volunteers' hardware. Bigger text models run slower,
+    # so a worker's median tracks its first model's size.
+    params = np.where(is_text, ref.text_parameters[np.minimum(first_code, n_text_ref - 1)], 13e9)
+    params = np.maximum(params, 1e8)
+    text_median = 14.0 * (params / 13e9) ** -0.35
+    text_speed = np.clip(rng.lognormal(0.0, 0.75, size=n) * text_median, 0.3, 200.0).round(2)
+    image_speed = np.clip(rng.lognormal(math.log(1.1e6), 0.8, size=n), 5e4, 2e7).round(0)
+    speed = np.where(is_text, text_speed, image_speed)
+    speed[rng.random(n) < opts["unsampled_share"]] = np.nan
+
+    threads = _pick(rng, *_split(_THREADS), n).astype(np.int32)
+    offline = rng.random(n) < opts["offline_share"]
+    # Online workers check in every few seconds; offline ones went away minutes to days ago.
+    age = np.where(
+        offline,
+        ONLINE_WINDOW_SECONDS + 1.0 + rng.exponential(3 * 3600.0, size=n),
+        np.minimum(rng.exponential(6.0, size=n), ONLINE_WINDOW_SECONDS - 5.0),
+    )
+    last_check_in = np.round(now - age, 3)
+    paused = rng.random(n) < opts["paused_share"]
+    maintenance = rng.random(n) < opts["maintenance_share"]
+    nsfw = rng.random(n) < 0.75
+
+    # Owners: a few users run many workers. Owners come from the users who also
+    # send requests, so maintenance workers meet some of their owners' own requests.
+    n_owners = max(1, min(len(users.ids), int(0.8 * n)))
+    owner_rank = rng.choice(n_owners, size=n, p=_zipf(n_owners, 1.2))
+    owner = rng.permutation(len(users.ids))[:n_owners][owner_rank]
+    users.trusted[owner] = rng.random(n) < opts["trusted_owner_share"]
+
+    # Bridges.
+    # Family by prefix, judged once per reference name rather than once per worker.
+    prefix = pd.Series(ref.names, dtype=object).str.split("/", n=1).str[0].to_numpy(dtype=object)
+    family = prefix[first_code]
+    agent = np.empty(n, dtype=object)
+    for mask, table in (
+        (is_text & (family == "koboldcpp"), _KOBOLDCPP_AGENTS),
+        (is_text & (family == "aphrodite"), _APHRODITE_AGENTS),
+        (is_text & (family != "koboldcpp") & (family != "aphrodite"), _OTHER_TEXT_AGENTS),
+        (~is_text, _OTHER_IMAGE_AGENTS),
+    ):
+        agent[mask] = _pick(rng, *_split(table), int(mask.sum())).astype(object)
+    regen_agents = np.array(
+        [f"{_REGEN}:{v}:{_REGEN_URL}" for v in range(1, 10)] + [f"{_REGEN}:{v}.1.0:{_REGEN_URL}" for v in range(1, 10)],
+        dtype=object,
+    )
+    regen = ~is_text & (rng.random(n) < 0.95)
+    major = _pick(rng, np.arange(9), _REGEN_MAJOR_WEIGHTS, int(regen.sum()))
+    agent[regen] = regen_agents[major + 9 * (rng.random(len(major)) < 0.3)]
+
+    # Text limits and chat mode; chat limits default to the text limits.
+    max_length = np.full(n, 512, dtype=np.int32)
+    max_context = np.full(n, 2048, dtype=np.int32)
+    max_length[text_rows] = _pick(rng, *_split(_TEXT_MAX_LENGTHS), n_text)
+    max_context[text_rows] = _pick(rng, *_split(_TEXT_CONTEXTS), n_text)
+    u = rng.random(n)
+    chat_mode = np.full(n, CHAT_NONE, dtype=np.int8)
+    chat_mode[is_text & (u < opts["chat_opt_in_share"])] = CHAT_OPT_IN
+    chat_mode[is_text & (u >= opts["chat_opt_in_share"]) & (u < opts["chat_opt_in_share"] + opts["chat_only_share"])] = CHAT_ONLY
+    own_chat_limits = (chat_mode != CHAT_NONE) & (rng.random(n) < 0.4)
+    chat_max_length = np.where(own_chat_limits, _pick(rng, *_split(_TEXT_MAX_LENGTHS), n), max_length).astype(np.int32)
+    chat_max_context = np.where(own_chat_limits, _pick(rng, *_split(_TEXT_CONTEXTS), n), max_context).astype(np.int32)
+
+    # Image limits and allow flags.
+    max_pixels = np.where(is_text, 262144, _pick(rng, *_split(_MAX_PIXELS), n)).astype(np.int64)
+    img = ~is_text
+
+    def flag(share: float, default: bool) -> np.ndarray:
+        return np.where(img, rng.random(n) < share, default)
+
+    slow_image = img & (np.nan_to_num(speed, nan=1e6) < 4e5)
+    columns = {
+        "id": _uuids(rng, n),
+        "user_id": users.ids[owner],
+        "gentype": gentype,
+        "owner_trusted": users.trusted[owner],
+        "last_check_in": last_check_in,
+        "threads": threads,
+        "speed": speed,
+        "maintenance": maintenance,
+        "paused": paused,
+        "nsfw": nsfw,
+        "models": ListColumn(model_offsets, ref.names[model_codes]),
+        "bridge_agent": agent,
+        "max_length": max_length,
+        "max_context_length": max_context,
+        "chat_mode": chat_mode,
+        "chat_max_length": chat_max_length,
+        "chat_max_context_length": chat_max_context,
+        "max_pixels": max_pixels,
+        "allow_img2img": flag(0.85, True),
+        "allow_painting": flag(0.8, True),
+        "allow_post_processing": flag(0.85, True),
+        "allow_controlnet": flag(0.3, False),
+        "allow_sdxl_controlnet": flag(0.15, False),
+        "allow_lora": flag(0.6, False),
+        # Slow image workers are the ones that mark themselves extra slow.
+        "extra_slow_worker": (slow_image & (rng.random(n) < 0.5)) | (img & (rng.random(n) < 0.02)),
+    }
+    online = age <= ONLINE_WINDOW_SECONDS
+    return _Workers(
+        columns=columns,
+        gentype=gentype,
+        online=online,
+        usable=online & ~paused,
+        model_offsets=model_offsets,
+        model_codes=model_codes,
+        ids=columns["id"],
+        text_pool=text_pool,
+        image_pool=image_pool,
+    )
+
+
+
+
+# -- requests -------------------------------------------------------------------------------
+
+_REQUEST_MAX_LENGTHS = ((80, 0.05), (120, 0.1), (150, 0.12), (200, 0.2), (250, 0.15), (300, 0.13), (350, 0.05), (512, 0.2))
+_REQUEST_CONTEXTS = ((1024, 0.1), (2048, 0.3), (4096, 0.3), (8192, 0.2), (16384, 0.1))
+_SIZES = (
+    ((512, 512), 0.3), ((768, 768), 0.12), ((1024, 1024), 0.25), ((832, 1216), 0.08), ((1216, 832), 0.05),
+    ((512, 768), 0.07), ((768, 512), 0.04), ((576, 1024), 0.04), ((1024, 576), 0.03), ((1536, 1536), 0.02),
+)  # fmt: skip
+_STEPS = ((8, 0.08), (20, 0.2), (25, 0.25), (30, 0.3), (40, 0.1), (50, 0.07))
+_TEXT_N = ((1, 0.85), (2, 0.08), (3, 0.03), (4, 0.04))
+_IMAGE_N = ((1, 0.6), (2, 0.1), (3, 0.04), (4, 0.15), (5, 0.02), (6, 0.02), (7, 0.01), (8, 0.06))
+
+_ANY, _SINGLE, _SEVERAL, _UNSERVED, _TARGET = range(5)
+
+
+@dataclass
+class _Requests:
+    columns: dict[str, Any]
+    gentype: np.ndarray
+    created: np.ndarray
+    first_code: np.ndarray  # first named model, -1 for any model
+
+
+def _draw_requests(
+    rng: np.random.Generator,
+    n: int,
+    now: float,
+    opts: dict[str, Any],
+    ref: _Reference,
+    users: _Users,
+    w: _Workers,
+) -> _Requests:
+    gentype = np.where(rng.random(n) < opts["text_request_share"], TEXT, IMAGE).astype(np.int8)
+    is_text = gentype == TEXT
+    img = ~is_text
+    n_users = len(users.ids)
+    # A few users (bots, front ends) send most requests.
+    user = rng.permutation(n_users)[rng.choice(n_users, size=n, p=_zipf(n_users, 1.0))]
+
+    # Ages as in a live queue: many fresh requests, the rest spread over the
+    # 20-minute lifetime; a few already past their expiry.
+    age = np.where(
+        rng.random(n) < 0.6, rng.exponential(150.0, size=n), rng.uniform(0.0, REQUEST_LIFETIME, size=n)
+    )
+    age = np.minimum(age, REQUEST_LIFETIME - 1.0)
+    expired = rng.random(n) < opts["expired_share"]
+    age[expired] = REQUEST_LIFETIME + rng.uniform(0.0, 600.0, size=int(expired.sum()))
+    created = np.round(now - age, 3)
+
+    count = np.where(is_text, _pick(rng, *_split(_TEXT_N), n), _pick(rng, *_split(_IMAGE_N), n)).astype(np.int32)
+    zero_n = rng.random(n) < opts["zero_n_share"]
+
+    # Targets: an allow list of one or two workers (mostly online ones), or a block list.
+    n_w = len(w.ids)
+    targeted = rng.random(n) < opts["targeted_share"]
+    blocklist = rng.random(n) < opts["blocklist_share"]
+    k = np.where(blocklist, rng.integers(1, 4, size=n), _pick(rng, [1, 2], [0.7, 0.3], n))
+    t_rows, t_workers = [], []
+    for g in (TEXT, IMAGE):
+        cand = np.flatnonzero((w.gentype == g) & w.online)
+        if len(cand) == 0:
+            cand = np.flatnonzero(w.gentype == g)
+        rows_g = np.flatnonzero(targeted & (gentype == g))
+        if len(cand) == 0 or len(rows_g) == 0:
+            continue
+        reps = np.repeat(rows_g, k[rows_g])
+        t_rows.append(reps)
+        t_workers.append(cand[rng.integers(0, len(cand), size=len(reps))])
+    t_row = np.concatenate(t_rows) if t_rows else np.zeros(0, dtype=np.int64)
+    t_worker = np.concatenate(t_workers) if t_workers else np.zeros(0, dtype=np.int64)
+    t_row, t_worker = _unique_pairs(t_row, t_worker, max(n_w, 1))
+    target_offsets, target_values = _csr(n, t_row, w.ids[t_worker] if len(t_worker) else np.zeros(0, dtype=object))
+    has_target = np.diff(target_offsets) > 0
+    blocklist &= has_target
+
+    # Models: mostly one served model (popular ones more), some several, some
+    # none, a few a model nobody serves; allow-listed requests mostly ask for
+    # their target's model, as people who pick a worker do.
+    u = rng.random(n)
+    a, s, x = opts["any_model_share"], opts["several_models_share"], opts["unserved_model_share"]
+    kind = np.select([u < a, u < a + s, u < a + s + x], [_ANY, _SEVERAL, _UNSERVED], _SINGLE)
+    kind[has_target & ~blocklist & (rng.random(n) < 0.8)] = _TARGET
+    n_codes = len(ref.names)
+    code = np.full(n, -1, dtype=np.int64)
+    m_rows, m_codes = [], []
+    worker_owner = np.repeat(np.arange(n_w), np.diff(w.model_offsets))
+    for g, pool, start, stop in (
+        (TEXT, w.text_pool, 0, len(ref.text_names)),
+        (IMAGE, w.image_pool, len(ref.text_names), n_codes),
+    ):
+        served = np.unique(w.model_codes[w.gentype[worker_owner] == g])
+        rank = np.full(n_codes, np.inf)
+        rank[pool] = np.arange(1, len(pool) + 1)
+        if len(served) == 0:  # nobody serves this gentype: ask for the models in use anyway
+            served = pool
+        p = rank[served] ** -opts["zipf_exponent"]
+        p /= p.sum()
+        unserved = np.setdiff1d(np.arange(start, stop), served)
+        is_g = gentype == g
+        one = np.flatnonzero(is_g & (kind == _SINGLE))
+        code[one] = served[rng.choice(len(served), size=len(one), p=p)]
+        lost = np.flatnonzero(is_g & (kind == _UNSERVED))
+        code[lost] = unserved[rng.integers(0, len(unserved), size=len(lost))]
+        several = np.flatnonzero(is_g & (kind == _SEVERAL))
+        reps = np.repeat(several, rng.integers(2, 5, size=len(several)))
+        rows_s, codes_s = _unique_pairs(reps, served[rng.choice(len(served), size=len(reps), p=p)], n_codes)
+        m_rows.append(rows_s)
+        m_codes.append(codes_s)
+    # The first target's first model (targets are sorted by worker index per row).
+    via_target = np.flatnonzero(kind == _TARGET)
+    first_target = np.zeros(n, dtype=np.int64)
+    first_target[t_row[::-1]] = t_worker[::-1]  # reversed so the first pair of a row wins
+    code[via_target] = w.model_codes[w.model_offsets[first_target[via_target]]]
+    single = np.flatnonzero(code >= 0)
+    rows = np.concatenate([single, *m_rows])
+    codes = np.concatenate([code[single], *m_codes]).astype(np.int64)
+    model_offsets, model_codes = _csr(n, rows, codes)
+    first_code = np.where(np.diff(model_offsets) > 0, model_codes[np.minimum(model_offsets[:-1], max(len(model_codes) - 1, 0))], -1) if len(model_codes) else np.full(n, -1)
+
+    # Image sizes, steps and options at the small shares seen in practice.
+    sizes = np.array([wh for wh, _ in _SIZES])
+    size = sizes[rng.choice(len(sizes), size=n, p=np.array([q for _, q in _SIZES]) / sum(q for _, q in _SIZES))]
+
+    def share(key: str, among: np.ndarray = img) -> np.ndarray:
+        return among & (rng.random(n) < opts[key])
+
+    control = share("controlnet_share")
+    source_image = share("img2img_share") | control  # controlnet works from a source image
+    painting = source_image & ~control & (rng.random(n) < opts["inpainting_share"])
+    source_processing = np.where(
+        painting, np.where(rng.random(n) < 0.2, 3, 2), np.where(source_image, 1, 0)
+    ).astype(np.int8)
+    post = share("post_processing_share")
+    columns = {
+        "id": _uuids(rng, n),
+        "user_id": users.ids[user],
+        "gentype": gentype,
+        "created": created,
+        "expiry": created + REQUEST_LIFETIME,
+        "extra_priority": users.priority[user],
+        "n": np.where(zero_n, 0, count).astype(np.int32),
+        "jobs": count.copy(),  # raised below by the jobs already handed out
+        "active": rng.random(n) >= opts["inactive_share"],
+        "faulted": rng.random(n) < opts["faulted_share"],
+        "models": ListColumn(model_offsets, ref.names[model_codes]),
+        "slow_workers": rng.random(n) >= opts["no_slow_share"],
+        "trusted_workers": rng.random(n) < opts["trusted_share"],
+        "nsfw": rng.random(n) < opts["nsfw_share"],
+        "worker_blacklist": blocklist,
+        "worker_ids": ListColumn(target_offsets, target_values),
+        "max_length": np.where(is_text, _pick(rng, *_split(_REQUEST_MAX_LENGTHS), n), 80).astype(np.int32),
+        "max_context_length": np.where(is_text, _pick(rng, *_split(_REQUEST_CONTEXTS), n), 2048).astype(np.int32),
+        "is_chat": share("chat_share", is_text),
+        "validated_backends": share("validated_share", is_text),
+        "width": np.where(img, size[:, 0], 512).astype(np.int64),
+        "height": np.where(img, size[:, 1], 512).astype(np.int64),
+        "steps": np.where(img, _pick(rng, *_split(_STEPS), n), 30).astype(np.int64),
+        "extra_slow_workers": share("extra_slow_share"),
+        "source_image": source_image,
+        "loras": share("lora_share"),
+        "tis": share("ti_share"),
+        "control_type": control,
+        "hires_fix": share("hires_fix_share"),
+        "tiling": share("tiling_share"),
+        "transparent": share("transparent_share"),
+        "extra_source_images": share("extra_source_images_share") & source_image,
+        "source_processing": source_processing,
+        "post_processing": np.where(post, np.where(rng.random(n) < 0.8, 1, 2), 0).astype(np.int32),
+        "r2": ~img | (rng.random(n) < 0.97),
+    }
+    return _Requests(columns=columns, gentype=gentype, created=created, first_code=first_code)
+
+
+# -- jobs in flight and excluded pairs ---------------------------------------------------------
+
+
+def _draw_jobs(
+    rng: np.random.Generator, now: float, opts: dict[str, Any], w: _Workers, r: _Requests
+) -> dict[str, Any]:
+    """Jobs on usable workers, mostly ones serving the request's model; updates ``jobs`` counts."""
+    n_r, n_w = len(r.gentype), len(w.ids)
+    zero_n = r.columns["n"] == 0
+    rows = np.flatnonzero((rng.random(n_r) < opts["jobs_in_flight_share"]) | zero_n)
+    job_request = np.repeat(rows, _pick(rng, [1, 2, 3, 4], [0.75, 0.12, 0.06, 0.07], len(rows)))
+    m = len(job_request)
+
+    # Usable workers by model, so a job can go to a worker that serves its model.
+    owner = np.repeat(np.arange(n_w), np.diff(w.model_offsets))
+    keep = w.usable[owner]
+    by_code = np.argsort(w.model_codes[keep], kind="stable")
+    codes_sorted = w.model_codes[keep][by_code]
+    workers_sorted = owner[keep][by_code]
+    code = r.first_code[job_request]
+    lo = np.searchsorted(codes_sorted, code, side="left")
+    hi = np.searchsorted(codes_sorted, code, side="right")
+    u = rng.random(m)
+    worker = np.full(m, -1, dtype=np.int64)
+    served = (code >= 0) & (hi > lo)
+    worker[served] = workers_sorted[lo[served] + (u[served] * (hi - lo)[served]).astype(np.int64)]
+    for g in (TEXT, IMAGE):
+        cand = np.flatnonzero(w.usable & (w.gentype == g))
+        rest = np.flatnonzero(~served & (r.gentype[job_request] == g))
+        if len(cand):
+            worker[rest] = cand[(u[rest] * len(cand)).astype(np.int64)]
+    ok = worker >= 0
+    job_request, worker = job_request[ok], worker[ok]
+    m = len(job_request)
+
+    state = _pick(rng, [JOB_PROCESSING, JOB_FINISHED, JOB_FAULTED], [0.85, 0.1, 0.05], m).astype(np.int8)
+    created = r.created[job_request]
+    started = np.maximum(created, np.round(now - rng.exponential(45.0, size=m), 3))
+    # jobs = n still to hand out + jobs handed out and not faulted (a faulted job goes back to n).
+    handed = np.bincount(job_request[state != JOB_FAULTED], minlength=n_r).astype(np.int32)
+    has_jobs = np.bincount(job_request, minlength=n_r) > 0
+    cols = r.columns
+    cols["jobs"] = np.where(has_jobs, cols["n"] + handed, cols["jobs"]).astype(np.int32)
+    return {
+        "id": _uuids(rng, m),
+        "request_id": cols["id"][job_request],
+        "worker_id": w.ids[worker],
+        "started": started,
+        "state": state,
+    }
+
+
+def _draw_excluded_pairs(rng: np.random.Generator, opts: dict[str, Any], w: _Workers, r: _Requests) -> dict[str, Any]:
+    """A sparse set of (worker, request) pairs of the same gentype."""
+    n_r = len(r.gentype)
+    rows = np.flatnonzero(rng.random(n_r) < opts["excluded_pair_share"])
+    p_rows, p_workers = [], []
+    for g in (TEXT, IMAGE):
+        cand = np.flatnonzero(w.gentype == g)
+        rows_g = rows[r.gentype[rows] == g]
+        if len(cand) and len(rows_g):
+            p_rows.append(rows_g)
+            p_workers.append(cand[rng.integers(0, len(cand), size=len(rows_g))])
+    if not p_rows:
+        return {"worker_id": np.zeros(0, dtype=object), "request_id": np.zeros(0, dtype=object)}
+    req, wk = np.concatenate(p_rows), np.concatenate(p_workers)
+    return {"worker_id": w.ids[wk], "request_id": r.columns["id"][req]}
