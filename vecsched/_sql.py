@@ -305,10 +305,14 @@ def _typed(col: Column, values: list[Any], reject: Callable[..., None]) -> np.nd
 
 def _sqlite_epochs(values: list[Any]) -> np.ndarray:
     """Epoch seconds from SQLite datetime text (naive, UTC); NaN where unparsable."""
-    series = pd.Series(values, dtype=object)
-    parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
-    out = parsed.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
-    out[parsed.isna().to_numpy()] = np.nan
+    out = np.full(len(values), np.nan)
+    where = [k for k, v in enumerate(values) if isinstance(v, str)]
+    if where:
+        series = pd.Series([values[k] for k in where], dtype=object)
+        parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
+        seconds = parsed.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
+        seconds[parsed.isna().to_numpy()] = np.nan
+        out[np.asarray(where)] = seconds
     return out
 
 
