@@ -1,0 +1,158 @@
+"""Cycle publication on the real Redis and SQL: whole cycles only, pointer switch, expiry, faults."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from vecsched._publish import (
+    Cycle,
+    RedisStore,
+    SQLStore,
+    decode_payload,
+    encode_payloads,
+    parse_cycle_id,
+)
+
+
+def _cycle(make_estimates, t: float, ids: list[str], mark: int, interval: float = 5.0) -> Cycle:
+    """A cycle whose every figure says ``mark``, so a mixed read is visible."""
+    est = make_estimates(t, ids, queue_position=mark, eligible_workers=mark, wait_time=float(mark))
+    rids, payloads = encode_payloads(est, t)
+    return Cycle(t, interval, rids, payloads, horde={"mark": mark}, prospective=b"state-%d" % mark)
+
+
+@pytest.fixture(params=["redis", "sql"])
+def store(request, tmp_path):
+    if request.param == "redis":
+        return request.getfixturevalue("redis_store")
+    return SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}")
+
+
+def test_payload_round_trip(make_estimates) -> None:
+    est = make_estimates(1000.5, ["a", "b"], wait_time=[12.3456, float("nan")], gentype=[0, 1],
+                         fallback=[True, False], queue_position=[0, 7])
+    ids, payloads = encode_payloads(est, 1000.5)
+    assert ids == ["a", "b"]
+    a, b = (decode_payload(p) for p in payloads)
+    assert a["cycle_time"] == 1000.5 and b["cycle_time"] == 1000.5
+    assert a["wait_time"] == 12.346 and b["wait_time"] is None
+    assert (a["gentype"], b["gentype"]) == ("text", "image")
+    assert (a["fallback"], b["fallback"]) == (True, False)
+    assert (a["queue_position"], b["queue_position"]) == (0, 7)
+    assert all(len(p) < 90 for p in payloads)
+
+
+def test_publish_then_read(store, make_estimates) -> None:
+    assert store.read_status("r1") is None
+    assert store.publish(_cycle(make_estimates, 100.0, ["r1", "r2"], 1))
+    got = store.read_status("r2")
+    assert got.time == 100.0 and got.interval == 5.0
+    assert decode_payload(got.value)["queue_position"] == 1
+    assert store.read_status("missing").value is None
+    assert store.read_prospective().value == b"state-1"
+    assert store.read_meta().value == {"horde": {"mark": 1}, "requests": 2}
+    assert store.publish(_cycle(make_estimates, 105.0, ["r2"], 2))
+    assert decode_payload(store.read_status("r2").value)["queue_position"] == 2
+    assert store.read_status("r1").value is None  # gone with its cycle
+    assert store.read_prospective().value == b"state-2"
+
+
+def test_an_older_cycle_never_replaces_a_newer_one(store, make_estimates) -> None:
+    assert store.publish(_cycle(make_estimates, 200.0, ["r"], 2))
+    assert not store.publish(_cycle(make_estimates, 150.0, ["r"], 1))
+    assert store.read_status("r").time == 200.0
+
+
+def test_redis_old_cycle_expires_after_grace(redis_store, make_estimates) -> None:
+    first = _cycle(make_estimates, 100.0, ["r"], 1)
+    redis_store.publish(first)
+    keys = [f"{redis_store.prefix}:c:{first.id}:{s}" for s in "smp"]
+    assert all(redis_store.client.ttl(k) == -1 for k in keys)  # current: persistent
+    redis_store.publish(_cycle(make_estimates, 105.0, ["r"], 2))
+    ttls = [redis_store.client.ttl(k) for k in keys]
+    assert all(0 < t <= 10 for t in ttls), ttls
+
+
+def test_redis_unswitched_keys_expire_on_their_own(private_redis, make_estimates) -> None:
+    """Redis stops between writing a cycle's keys and switching the pointer: after the
+    restart the reader still gets the old cycle, and the orphan keys carry a TTL."""
+
+    class StopsBeforeSwitch(RedisStore):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            inner = self._switch
+
+            def switch(*args, **kwargs):
+                if self.stop_now:
+                    private_redis.stop()
+                return inner(*args, **kwargs)
+
+            self._switch = switch
+            self.stop_now = False
+
+    store = StopsBeforeSwitch(private_redis.url, prefix="p")
+    store.publish(_cycle(make_estimates, 100.0, ["r1", "r2"], 1))
+    store.stop_now = True
+    second = _cycle(make_estimates, 105.0, ["r1", "r2", "r3"], 2)
+    with pytest.raises(Exception):
+        store.publish(second)
+    private_redis.start()
+    reader = RedisStore(private_redis.url, prefix="p")
+    got = reader.read_status("r1")
+    assert got.time == 100.0 and decode_payload(got.value)["queue_position"] == 1
+    assert reader.read_status("r3").value is None
+    orphan = f"p:c:{second.id}:s"
+    assert reader.client.exists(orphan) and reader.client.ttl(orphan) > 0
+
+
+def test_readers_only_ever_see_whole_cycles(store, make_estimates) -> None:
+    ids = [f"r{k}" for k in range(3000)]
+    cycles = [_cycle(make_estimates, 1000.0 + k, ids, k + 1) for k in range(6)]
+    store.publish(cycles[0])
+    seen: list[tuple[float, int, float]] = []
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        k = 0
+        try:
+            while not done.is_set() or k < 50:
+                got = store.read_status(ids[(k * 7919) % len(ids)])
+                figures = decode_payload(got.value)
+                seen.append((got.time, figures["queue_position"], figures["cycle_time"]))
+                k += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for cycle in cycles[1:]:
+        store.publish(cycle)
+    done.set()
+    thread.join(timeout=60)
+    assert not errors
+    assert seen
+    for pointer_time, mark, payload_time in seen:
+        # the payload belongs to the cycle the pointer names, and says so
+        assert payload_time == pointer_time
+        assert mark == int(pointer_time - 1000.0) + 1
+    # cycle times only move forward for a reader
+    times = [s[0] for s in seen]
+    assert times == sorted(times)
+
+
+def test_cycle_id_carries_time_and_interval() -> None:
+    c = Cycle(1700000000.123456, 2.5, [], [])
+    assert parse_cycle_id(c.id)[:2] == (1700000000.123456, 2.5)
+    assert Cycle(1.0, 1.0, [], []).id != Cycle(1.0, 1.0, [], []).id
+
+
+def test_sql_store_on_postgresql(pg_url, make_estimates) -> None:
+    store = SQLStore(pg_url)
+    store.publish(_cycle(make_estimates, 10.0, ["a"], 1))
+    store.publish(_cycle(make_estimates, 11.0, ["a", "b"], 2))
+    assert decode_payload(store.read_status("b").value)["queue_position"] == 2
+    assert store.read_prospective().value == b"state-2"
+    store.close()
