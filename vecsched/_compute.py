@@ -615,7 +615,7 @@ def eligibility(
     s_set_row = np.searchsorted(req_set_codes, rq.model_set[sig_first])
     c_decl = decl_first[class_first] if n_class else np.zeros(0, np.int64)
     c_set_col = np.searchsorted(wrk_set_codes, wk.model_set[worker_rows[c_decl]]) if n_class else c_decl
-    can_take = (rq.model_set[sig_first] == 0)[None, :] | overlap[np.ix_(c_set_col, s_set_row)]
+    can_take = (rq.model_set[sig_first] == 0)[None, :] | overlap[np.ix_(s_set_row, c_set_col)].T
     if text:
         chat = rq.is_chat[sig_first][None, :]
         mode = wk.chat_mode[worker_rows[c_decl]][:, None]
@@ -882,7 +882,9 @@ def _jobs_in_flight(
         with np.errstate(divide="ignore", invalid="ignore"):
             remaining = rq.output[r] / speed - (snapshot.now - jobs.started[mine][running])
         remaining = np.where(speed > 0, np.maximum(remaining, 0.0), np.nan)
-        np.maximum.at(inflight, r, remaining)
+        # NaN (a job on a worker measured at speed 0) must win: the wait is unknown.
+        with np.errstate(invalid="ignore"):
+            np.maximum.at(inflight, r, remaining)
     return inflight, {k: counts[k] for k in ("waiting", "processing", "finished", "restarted")}
 
 

@@ -72,6 +72,8 @@ def parse_bridge_agents(agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Bridges report versions such as ``9`` or ``9.1.0``; capabilities are
     granted by the leading whole number.
     """
+    if len(agents) == 0:
+        return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
     parts = pd.Series(agents, dtype=object).str.split(":", n=2, expand=True)
     if parts.shape[1] < 2:
         parts[1] = None

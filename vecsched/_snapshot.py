@@ -487,7 +487,9 @@ def _parse_times(raw: list[Any]) -> np.ndarray:
     zoned = series.str.contains(r"(?:Z|z|[+-]\d\d:?\d\d)$", regex=True).to_numpy(dtype=bool)
     parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
     ok = zoned & parsed.notna().to_numpy()
-    seconds = parsed.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
+    # Microseconds, not nanoseconds: year 2999 must not wrap around int64.
+    micros = parsed.dt.tz_localize(None).to_numpy().astype("datetime64[us]").astype(np.int64)
+    seconds = micros / 1e6
     out[idx[ok]] = seconds[ok]
     return out
 
