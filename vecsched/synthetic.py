@@ -64,6 +64,7 @@ SHAPE_DEFAULTS: dict[str, float | int] = {
     "nsfw_share": 0.3,
     "trusted_share": 0.05,  # requests asking for trusted workers only
     "validated_share": 0.1,  # text requests asking for validated backends
+    "fit_limits_share": 0.85,  # text requests whose client fit max_length/context to the model's workers
     "no_slow_share": 0.12,  # requests with slow_workers false
     "extra_slow_share": 0.05,  # image requests accepting extra-slow workers
     "priority_share": 0.3,  # users with extra (kudos-based) priority; the rest have 0
@@ -250,6 +251,11 @@ def _pick(rng: np.random.Generator, choices: Any, weights: Any, size: int) -> np
     return choices[rng.choice(len(choices), size=size, p=p / p.sum())]
 
 
+def _share_of(rng: np.random.Generator, share: float, among: np.ndarray) -> np.ndarray:
+    """A random ``share`` of the rows where ``among`` holds."""
+    return among & (rng.random(len(among)) < share)
+
+
 def _zipf(k: int, exponent: float) -> np.ndarray:
     """Probabilities of ranks 1..k with weight rank ** -exponent."""
     w = np.arange(1, k + 1, dtype=float) ** -exponent
@@ -268,7 +274,13 @@ def _uuids(rng: np.random.Generator, n: int) -> np.ndarray:
     chars = np.full((n, 36), ord("-"), dtype=np.uint8)
     digits = np.r_[0:8, 9:13, 14:18, 19:23, 24:36]
     chars[:, digits] = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]
-    return chars.view("S36").ravel().astype("U36").astype(object)
+    flat = chars.view("S36").ravel()
+    out = np.empty(n, dtype=object)
+    # Decode in slices: a whole million-row unicode intermediate would double the peak memory.
+    step = 1 << 17
+    for lo in range(0, n, step):
+        out[lo : lo + step] = flat[lo : lo + step].astype("U36")
+    return out
 
 
 def _csr(n_rows: int, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -416,8 +428,8 @@ def _draw_workers(
     # so a worker's median tracks its first model's size.
     params = np.where(is_text, ref.text_parameters[np.minimum(first_code, n_text_ref - 1)], 13e9)
     params = np.maximum(params, 1e8)
-    text_median = 14.0 * (params / 13e9) ** -0.35
-    text_speed = np.clip(rng.lognormal(0.0, 0.75, size=n) * text_median, 0.3, 200.0).round(2)
+    text_median = 12.0 * (params / 13e9) ** -0.2
+    text_speed = np.clip(rng.lognormal(0.0, 0.7, size=n) * text_median, 0.3, 120.0).round(2)
     image_speed = np.clip(rng.lognormal(math.log(1.1e6), 0.8, size=n), 5e4, 2e7).round(0)
     speed = np.where(is_text, text_speed, image_speed)
     speed[rng.random(n) < opts["unsampled_share"]] = np.nan
@@ -617,11 +629,15 @@ def _draw_requests(
         (TEXT, w.text_pool, 0, len(ref.text_names)),
         (IMAGE, w.image_pool, len(ref.text_names), n_codes),
     ):
-        served = np.unique(w.model_codes[w.gentype[worker_owner] == g])
+        # Clients offer the models that online workers serve; failing that, any in use.
+        of_g = w.gentype[worker_owner] == g
+        served = np.unique(w.model_codes[of_g & w.online[worker_owner]])
+        if len(served) == 0:
+            served = np.unique(w.model_codes[of_g])
+        if len(served) == 0:
+            served = pool
         rank = np.full(n_codes, np.inf)
         rank[pool] = np.arange(1, len(pool) + 1)
-        if len(served) == 0:  # nobody serves this gentype: ask for the models in use anyway
-            served = pool
         p = rank[served] ** -opts["zipf_exponent"]
         p /= p.sum()
         unserved = np.setdiff1d(np.arange(start, stop), served)
@@ -646,12 +662,37 @@ def _draw_requests(
     model_offsets, model_codes = _csr(n, rows, codes)
     first_code = np.where(np.diff(model_offsets) > 0, model_codes[np.minimum(model_offsets[:-1], max(len(model_codes) - 1, 0))], -1) if len(model_codes) else np.full(n, -1)
 
+    # Text lengths from a handful of common settings; most clients then cut them
+    # to the largest limits among the online workers of the chosen model, so
+    # that a request fails on its lengths only now and then, as in the horde.
+    is_chat = _share_of(rng, opts["chat_share"], is_text)
+    max_length = np.where(is_text, _pick(rng, *_split(_REQUEST_MAX_LENGTHS), n), 80).astype(np.int32)
+    max_context = np.where(is_text, _pick(rng, *_split(_REQUEST_CONTEXTS), n), 2048).astype(np.int32)
+    fit = is_text & (first_code >= 0) & (rng.random(n) < opts["fit_limits_share"])
+    wc = w.columns
+    for chat, modes, length_col, context_col in (
+        (False, (CHAT_NONE, CHAT_OPT_IN), "max_length", "max_context_length"),
+        (True, (CHAT_OPT_IN, CHAT_ONLY), "chat_max_length", "chat_max_context_length"),
+    ):
+        takes = w.online & (w.gentype == TEXT) & np.isin(wc["chat_mode"], modes)
+        sel = takes[worker_owner]
+        longest = np.zeros(n_codes, dtype=np.int64)
+        widest = np.zeros(n_codes, dtype=np.int64)
+        np.maximum.at(longest, w.model_codes[sel], wc[length_col][worker_owner[sel]])
+        np.maximum.at(widest, w.model_codes[sel], wc[context_col][worker_owner[sel]])
+        rows = np.flatnonzero(fit & (is_chat == chat))
+        cap_len, cap_ctx = longest[first_code[rows]], widest[first_code[rows]]
+        served_rows = cap_len > 0  # nobody takes this kind of job for the model: nothing to fit to
+        rows, cap_len, cap_ctx = rows[served_rows], cap_len[served_rows], cap_ctx[served_rows]
+        max_length[rows] = np.minimum(max_length[rows], cap_len)
+        max_context[rows] = np.minimum(max_context[rows], cap_ctx)
+
     # Image sizes, steps and options at the small shares seen in practice.
     sizes = np.array([wh for wh, _ in _SIZES])
     size = sizes[rng.choice(len(sizes), size=n, p=np.array([q for _, q in _SIZES]) / sum(q for _, q in _SIZES))]
 
     def share(key: str, among: np.ndarray = img) -> np.ndarray:
-        return among & (rng.random(n) < opts[key])
+        return _share_of(rng, opts[key], among)
 
     control = share("controlnet_share")
     source_image = share("img2img_share") | control  # controlnet works from a source image
@@ -677,9 +718,9 @@ def _draw_requests(
         "nsfw": rng.random(n) < opts["nsfw_share"],
         "worker_blacklist": blocklist,
         "worker_ids": ListColumn(target_offsets, target_values),
-        "max_length": np.where(is_text, _pick(rng, *_split(_REQUEST_MAX_LENGTHS), n), 80).astype(np.int32),
-        "max_context_length": np.where(is_text, _pick(rng, *_split(_REQUEST_CONTEXTS), n), 2048).astype(np.int32),
-        "is_chat": share("chat_share", is_text),
+        "max_length": max_length,
+        "max_context_length": max_context,
+        "is_chat": is_chat,
         "validated_backends": share("validated_share", is_text),
         "width": np.where(img, size[:, 0], 512).astype(np.int64),
         "height": np.where(img, size[:, 1], 512).astype(np.int64),
