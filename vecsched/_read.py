@@ -223,4 +223,6 @@ def prospective(
         ahead_wait=ahead,
         allowance=int(policy(threads, ahead)),
     )
+    if answer.get("queue_position") is not None:
+        out["queue_position"] = int(answer["queue_position"])
     return out
