@@ -287,3 +287,14 @@ def test_shape_options_are_checked():
     with pytest.raises(ValueError, match="workers"):
         horde(-1, 5)
     assert shape_options() == SHAPE_DEFAULTS
+
+
+def test_maintenance_owners_send_requests():
+    def owner_share(**shape):
+        snap = horde(workers=300, requests=6000, seed=8, **shape)
+        w, r = snap.workers, snap.requests
+        owners = np.unique(w.user_id[w.maintenance])
+        return np.isin(r.user_id, owners).mean()
+
+    assert owner_share(owner_request_share=0.2) == pytest.approx(0.2, abs=0.03)
+    assert owner_share(owner_request_share=0.0) < 0.05

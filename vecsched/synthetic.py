@@ -53,6 +53,7 @@ SHAPE_DEFAULTS: dict[str, float | int] = {
     "chat_opt_in_share": 0.35,  # text workers taking plain and chat jobs
     "chat_only_share": 0.12,  # text workers taking chat jobs only
     "trusted_owner_share": 0.7,  # worker owners who are trusted
+    "owner_request_share": 0.01,  # requests sent by the owner of a worker in maintenance (testing it)
     # -- requests --------------------------------------------------------------
     "text_request_share": 0.4,  # share of requests for text
     "chat_share": 0.3,  # text requests that are chat requests
@@ -389,6 +390,8 @@ class _Workers:
     model_offsets: np.ndarray
     model_codes: np.ndarray  # into _Reference.names
     ids: np.ndarray
+    owner: np.ndarray  # index into _Users
+    maintenance: np.ndarray
     text_pool: np.ndarray  # codes of the text models in use, most popular first
     image_pool: np.ndarray
 
@@ -454,8 +457,8 @@ def _draw_workers(
     owner = rng.permutation(len(users.ids))[:n_owners][owner_rank]
     users.trusted[owner] = rng.random(n) < opts["trusted_owner_share"]
 
-    # Bridges.
-    # Family by prefix, judged once per reference name rather than once per worker.
+    # Bridges follow the first model's family (its name prefix), judged once per
+    # reference name rather than once per worker.
     prefix = pd.Series(ref.names, dtype=object).str.split("/", n=1).str[0].to_numpy(dtype=object)
     family = prefix[first_code]
     agent = np.empty(n, dtype=object)
@@ -532,11 +535,11 @@ def _draw_workers(
         model_offsets=model_offsets,
         model_codes=model_codes,
         ids=columns["id"],
+        owner=owner,
+        maintenance=maintenance,
         text_pool=text_pool,
         image_pool=image_pool,
     )
-
-
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -577,6 +580,13 @@ def _draw_requests(
     n_users = len(users.ids)
     # A few users (bots, front ends) send most requests.
     user = rng.permutation(n_users)[rng.choice(n_users, size=n, p=_zipf(n_users, 1.0))]
+    # Owners put workers in maintenance to test them with their own requests,
+    # the one case where a worker in maintenance is eligible.
+    for g in (TEXT, IMAGE):
+        testers = w.owner[w.maintenance & (w.gentype == g)]
+        rows = np.flatnonzero((gentype == g) & (rng.random(n) < opts["owner_request_share"]))
+        if len(testers):
+            user[rows] = testers[rng.integers(0, len(testers), size=len(rows))]
 
     # Ages as in a live queue: many fresh requests, the rest spread over the
     # 20-minute lifetime; a few already past their expiry.
@@ -651,16 +661,19 @@ def _draw_requests(
         rows_s, codes_s = _unique_pairs(reps, served[rng.choice(len(served), size=len(reps), p=p)], n_codes)
         m_rows.append(rows_s)
         m_codes.append(codes_s)
-    # The first target's first model (targets are sorted by worker index per row).
+    # The first target's first model (pairs are sorted by row, so np.unique finds each row's first).
     via_target = np.flatnonzero(kind == _TARGET)
     first_target = np.zeros(n, dtype=np.int64)
-    first_target[t_row[::-1]] = t_worker[::-1]  # reversed so the first pair of a row wins
+    target_rows, first_pair = np.unique(t_row, return_index=True)
+    first_target[target_rows] = t_worker[first_pair]
     code[via_target] = w.model_codes[w.model_offsets[first_target[via_target]]]
     single = np.flatnonzero(code >= 0)
     rows = np.concatenate([single, *m_rows])
     codes = np.concatenate([code[single], *m_codes]).astype(np.int64)
     model_offsets, model_codes = _csr(n, rows, codes)
-    first_code = np.where(np.diff(model_offsets) > 0, model_codes[np.minimum(model_offsets[:-1], max(len(model_codes) - 1, 0))], -1) if len(model_codes) else np.full(n, -1)
+    first_code = np.full(n, -1, dtype=np.int64)
+    named = np.flatnonzero(np.diff(model_offsets) > 0)
+    first_code[named] = model_codes[model_offsets[named]]
 
     # Text lengths from a handful of common settings; most clients then cut them
     # to the largest limits among the online workers of the chosen model, so
