@@ -291,7 +291,7 @@ def test_shape_options_are_checked():
 
 def test_maintenance_owners_send_requests():
     def owner_share(**shape):
-        snap = horde(workers=300, requests=6000, seed=8, **shape)
+        snap = horde(workers=300, requests=6000, seed=8, maintenance_share=0.1, **shape)
         w, r = snap.workers, snap.requests
         owners = np.unique(w.user_id[w.maintenance])
         return np.isin(r.user_id, owners).mean()
