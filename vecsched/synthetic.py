@@ -263,18 +263,23 @@ def _zipf(k: int, exponent: float) -> np.ndarray:
     return w / w.sum()
 
 
+# Two ASCII hex digits per byte value, so a byte matrix turns into text with one lookup.
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint16)
+
+
 def _uuids(rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` random version-4 UUID strings (object array), as the horde uses for ids.
 
     Built as a byte matrix and decoded once, because formatting a million ids
     one by one in Python would dominate the whole build.
     """
-    nibbles = rng.integers(0, 16, size=(n, 32), dtype=np.uint8)
-    nibbles[:, 12] = 4  # version 4
-    nibbles[:, 16] = 8 | (nibbles[:, 16] & 3)  # RFC 4122 variant
+    raw = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40  # version 4
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
+    digits = _HEX_PAIRS[raw].view(np.uint8)  # (n, 32) ASCII hex digits
     chars = np.full((n, 36), ord("-"), dtype=np.uint8)
-    digits = np.r_[0:8, 9:13, 14:18, 19:23, 24:36]
-    chars[:, digits] = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]
+    for (lo, hi), at in zip(((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)), (0, 9, 14, 19, 24)):
+        chars[:, at : at + hi - lo] = digits[:, lo:hi]
     flat = chars.view("S36").ravel()
     out = np.empty(n, dtype=object)
     # Decode in slices: a whole million-row unicode intermediate would double the peak memory.
