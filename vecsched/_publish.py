@@ -347,7 +347,9 @@ class SQLStore:
             engine = make_engine(engine)
         self.engine = engine
         self.chunk = chunk
-        pub_metadata.create_all(engine)
+        # Tables are made on first use, so a store can be built while the
+        # database is down (the job then logs failed cycles and retries).
+        self._ready = False
         c, s, cur = vs_cycles, vs_status, vs_current
         self._status_sql = (
             sa.select(c.c.id, s.c.payload)
@@ -364,7 +366,13 @@ class SQLStore:
             .select_from(cur.join(c, c.c.id == cur.c.cycle_id)).where(cur.c.slot == 0)
         )
 
+    def _ensure(self) -> None:
+        if not self._ready:
+            pub_metadata.create_all(self.engine)
+            self._ready = True
+
     def publish(self, cycle: Cycle) -> bool:
+        self._ensure()
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":
@@ -392,6 +400,7 @@ class SQLStore:
         return True
 
     def _one(self, sql: Any, params: dict[str, Any], convert: Any) -> Reading | None:
+        self._ensure()
         with self.engine.connect() as conn:
             row = conn.execute(sql, params).first()
         if row is None:
