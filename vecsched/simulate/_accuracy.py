@@ -102,7 +102,8 @@ def run(
     t0 = sim.now
     frames = []
     snapshots = []
-    times = np.arange(t0 + warmup, t0 + warmup + minutes * 60.0 + 1e-9, every)
+    # Snapshots at warmup, warmup + every, ... through the end of the window.
+    times = t0 + warmup + every * np.arange(math.floor(minutes * 60.0 / every + 1e-9) + 1)
     for t in times:
         sim.run_until(float(t))
         snap = sim.snapshot()

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._columns import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
+from .._columns import CHAT_NONE, CHAT_ONLY, GENTYPES, IMAGE, TEXT
 from .._rules import (
     ASSUMED_IMAGE_SPEED,
     ASSUMED_TEXT_SPEED,
@@ -349,7 +349,9 @@ class Simulation:
         self.now = max(self.now, until)
 
     def _record(self, kind: str, **fields: Any) -> None:
-        self.log.append({"t": self.now, "kind": kind, **fields})
+        if "gentype" in fields:
+            fields["gentype"] = GENTYPES[fields["gentype"]]
+        self.log.append({"t": self.now, "time": _iso(self.now), "kind": kind, **fields})
 
     # -- workers ------------------------------------------------------------------
     def add_worker(self, worker: SimWorker) -> None:
@@ -533,7 +535,7 @@ class Simulation:
             return
         self._dispatch(w, picked, from_priority)
         if w.busy < w.threads:  # another free thread pops right after
-            self._schedule_poll(w, self.rng.uniform(0.05, 0.3))
+            self._schedule_poll(w, 0.2 * self.rng.uniform(*self.overhead))
 
     def _pick(self, w: SimWorker) -> tuple[SimRequest | None, bool]:
         if w.paused:

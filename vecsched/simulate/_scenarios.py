@@ -57,6 +57,7 @@ class Scenario:
     text_models: int = 12  # distinct models in use per gentype
     image_models: int = 10
     zipf: float = 1.1
+    any_model_share: float = 0.08  # requests naming no model
     chat_share: float = 0.3  # text requests that are chat
     chat_worker_modes: tuple[float, float, float] = (0.45, 0.4, 0.15)  # none, opt_in, only
     text_speed: tuple[float, float] = (14.0, 0.55)  # median tokens/s, log sigma
@@ -207,7 +208,7 @@ class Population:
         uid = self.user()
         u = rng.random()
         models: tuple[str, ...]
-        if u < 0.08:
+        if u < sc.any_model_share:
             models = ()
         elif u < 0.9:
             models = tuple(self.popular(gentype, 1))
@@ -383,13 +384,17 @@ def _burst(sim: Simulation, pop: Population) -> None:
 
 def _lone_idle(sim: Simulation, pop: Population) -> None:
     # One worker alone serves a rare model whose requests trickle in, while the
-    # rest of the horde is overloaded: its users wait seconds, not the backlog.
+    # rest of the horde starts with ten minutes of backlog and stays overloaded:
+    # the lone worker's users wait seconds, not the backlog.
+    capacity = sum(w.true_speed * w.threads for w in sim.workers.values())
+    for _ in range(int(600 * capacity / pop.mean_work(TEXT))):
+        sim.add_request(pop.request(TEXT))
     model = "koboldcpp/lonely-7b"
     w = pop.worker(TEXT, models=(model,), threads=1, true_speed=18.0, chat_mode=CHAT_OPT_IN,
                    maintenance=False, paused=False, max_length=1024, max_context_length=16384,
                    nsfw=True, owner_trusted=True, bridge_agent=_TEXT_BRIDGES[0][0])
     sim.add_worker(w)
-    pop.arrivals(TEXT, 1 / 45, sim.now + 3600 * 3, models=(model,), worker_ids=(), excluded=())
+    pop.arrivals(TEXT, 1 / 20, sim.now + 3600 * 3, models=(model,), worker_ids=(), excluded=())
 
 
 def _drought(sim: Simulation, pop: Population) -> None:
@@ -408,10 +413,10 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario("steady", "steady load on both gentypes, moderate churn",
                  text_workers=40, image_workers=25),
-        Scenario("burst", "a three-minute burst of 6x traffic on the most popular text model",
+        Scenario("burst", "a three-minute burst of 4x traffic on the most popular text model",
                  setup=_burst),
         Scenario("lone_idle", "one idle worker serves a rare model beside deep queues elsewhere",
-                 text_load=1.15, setup=_lone_idle),
+                 text_load=1.05, any_model_share=0.0, setup=_lone_idle),
         Scenario("chat_heavy", "mostly chat traffic, few chat workers",
                  chat_share=0.85, chat_worker_modes=(0.75, 0.18, 0.07), text_load=0.7),
         Scenario("slow_unsampled", "many workers below the speed floor, many with no samples",
