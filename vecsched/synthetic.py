@@ -40,59 +40,63 @@ DEFAULT_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 
 REQUEST_LIFETIME = 20 * 60.0  # the horde expires a waiting request 20 minutes after creation
 
-SHAPE_DEFAULTS: dict[str, float | int] = {
+SHAPE_OPTIONS: dict[str, tuple[float | int, str]] = {
     # -- workers ---------------------------------------------------------------
-    "text_share": 0.5,  # share of workers serving text (the rest serve images)
-    "text_model_pool": 60,  # distinct text models in use (drawn from text_models.csv)
-    "image_model_pool": 140,  # distinct image models in use (drawn from image_models.csv)
-    "zipf_exponent": 1.1,  # model popularity: weight of the k-th most popular model ~ k ** -exponent
-    "unsampled_share": 0.08,  # workers with no speed samples yet (speed null)
-    "offline_share": 0.1,  # workers whose last check-in is older than the online window
-    "paused_share": 0.02,
-    "maintenance_share": 0.03,
-    "chat_opt_in_share": 0.35,  # text workers taking plain and chat jobs
-    "chat_only_share": 0.12,  # text workers taking chat jobs only
-    "trusted_owner_share": 0.7,  # worker owners who are trusted
-    "owner_request_share": 0.01,  # requests sent by the owner of a worker in maintenance (testing it)
+    "text_share": (0.5, "share of workers serving text (the rest serve images)"),
+    "text_model_pool": (60, "distinct text models in use (drawn from text_models.csv)"),
+    "image_model_pool": (140, "distinct image models in use (drawn from image_models.csv)"),
+    "zipf_exponent": (1.1, "model popularity: weight of the k-th most popular model ~ k ** -exponent"),
+    "unsampled_share": (0.08, "workers with no speed samples yet (speed null)"),
+    "offline_share": (0.1, "workers whose last check-in is older than the online window"),
+    "paused_share": (0.02, "workers that are paused"),
+    "maintenance_share": (0.03, "workers in maintenance"),
+    "chat_opt_in_share": (0.35, "text workers taking plain and chat jobs"),
+    "chat_only_share": (0.12, "text workers taking chat jobs only"),
+    "trusted_owner_share": (0.7, "worker owners who are trusted"),
+    "owner_request_share": (0.01, "requests sent by the owner of a worker in maintenance (testing it)"),
     # -- requests --------------------------------------------------------------
-    "text_request_share": 0.4,  # share of requests for text
-    "chat_share": 0.3,  # text requests that are chat requests
-    "any_model_share": 0.08,  # requests naming no model (any model will do)
-    "several_models_share": 0.08,  # requests naming 2 to 4 models
-    "unserved_model_share": 0.02,  # requests naming a model no worker serves
-    "targeted_share": 0.03,  # requests with a worker allow list or block list
-    "blocklist_share": 0.2,  # of the targeted requests, those whose list is a block list
-    "nsfw_share": 0.3,
-    "trusted_share": 0.05,  # requests asking for trusted workers only
-    "validated_share": 0.1,  # text requests asking for validated backends
-    "fit_limits_share": 0.85,  # text requests whose client fit max_length/context to the model's workers
-    "no_slow_share": 0.12,  # requests with slow_workers false
-    "extra_slow_share": 0.05,  # image requests accepting extra-slow workers
-    "priority_share": 0.3,  # users with extra (kudos-based) priority; the rest have 0
-    "img2img_share": 0.08,  # image requests with a source image
-    "inpainting_share": 0.25,  # of those, the share that inpaint or outpaint
-    "lora_share": 0.15,
-    "ti_share": 0.04,
-    "controlnet_share": 0.03,
-    "post_processing_share": 0.12,
-    "hires_fix_share": 0.08,
-    "tiling_share": 0.01,
-    "transparent_share": 0.01,
-    "extra_source_images_share": 0.01,
-    "expired_share": 0.005,
-    "inactive_share": 0.005,
-    "faulted_share": 0.002,
-    "zero_n_share": 0.005,  # requests whose jobs were all handed out (n = 0)
+    "text_request_share": (0.4, "share of requests for text"),
+    "chat_share": (0.3, "text requests that are chat requests"),
+    "any_model_share": (0.08, "requests naming no model (any model will do)"),
+    "several_models_share": (0.08, "requests naming 2 to 4 models"),
+    "unserved_model_share": (0.02, "requests naming a model no worker serves"),
+    "targeted_share": (0.03, "requests with a worker allow list or block list"),
+    "blocklist_share": (0.2, "of the targeted requests, those whose list is a block list"),
+    "nsfw_share": (0.3, "requests asking for nsfw workers"),
+    "trusted_share": (0.05, "requests asking for trusted workers only"),
+    "validated_share": (0.1, "text requests asking for validated backends"),
+    "fit_limits_share": (0.85, "text requests whose client fit max_length/context to the model's workers"),
+    "no_slow_share": (0.12, "requests with slow_workers false"),
+    "extra_slow_share": (0.05, "image requests accepting extra-slow workers"),
+    "priority_share": (0.3, "users with extra (kudos-based) priority; the rest have 0"),
+    "img2img_share": (0.08, "image requests with a source image"),
+    "inpainting_share": (0.25, "of those, the share that inpaint or outpaint"),
+    "lora_share": (0.15, "image requests with loras"),
+    "ti_share": (0.04, "image requests with textual inversions"),
+    "controlnet_share": (0.03, "image requests with a controlnet (they carry a source image)"),
+    "post_processing_share": (0.12, "image requests with post-processors"),
+    "hires_fix_share": (0.08, "image requests with hires fix"),
+    "tiling_share": (0.01, "image requests with tiling"),
+    "transparent_share": (0.01, "image requests asking for transparency"),
+    "extra_source_images_share": (0.01, "image requests with extra source images"),
+    "expired_share": (0.005, "requests past their expiry"),
+    "inactive_share": (0.005, "requests no longer active"),
+    "faulted_share": (0.002, "faulted requests"),
+    "zero_n_share": (0.005, "requests whose jobs were all handed out (n = 0)"),
     # -- jobs and exclusions ---------------------------------------------------
-    "jobs_in_flight_share": 0.06,  # requests with jobs on workers (processing, a few finished/faulted)
-    "excluded_pair_share": 0.002,  # excluded (worker, request) pairs per request
+    "jobs_in_flight_share": (0.06, "requests with jobs on workers (processing, a few finished/faulted)"),
+    "excluded_pair_share": (0.002, "excluded (worker, request) pairs per request"),
 }
-"""Every shape option of :func:`horde` with its default.
+"""Every shape option of :func:`horde`: (default, meaning).
 
 Names ending in ``_share`` are probabilities in [0, 1]; ``zipf_exponent`` is a
 positive number; the pools are model counts, at least 1 and fewer than the
 reference list holds (so some listed model is always unserved).
 """
+
+SHAPE_DEFAULTS: dict[str, float | int] = {key: default for key, (default, _) in SHAPE_OPTIONS.items()}
+"""The default of every shape option."""
+
 
 _POOLS = ("text_model_pool", "image_model_pool")
 
@@ -188,6 +192,12 @@ def horde(
         or with ``n = 0``), jobs in flight and excluded pairs. Every row is
         valid: ``snapshot.rejected == ()``.
 
+    Notes
+    -----
+    Shape options and their defaults (also in :data:`SHAPE_OPTIONS`):
+
+    <shape options>
+
     Examples
     --------
     >>> from vecsched.synthetic import horde
@@ -210,6 +220,18 @@ def horde(
     jobs = _draw_jobs(rng, t_now, opts, w, r)
     pairs = _draw_excluded_pairs(rng, opts, w, r)
     return Snapshot.from_columns(t_now, w.columns, r.columns, jobs, pairs)
+
+
+def _options_table() -> str:
+    width = max(len(k) for k in SHAPE_OPTIONS) + 4
+    rows = [f"    {'option':<{width}} {'default':<8} meaning", f"    {'=' * width} {'=' * 8} {'=' * 60}"]
+    for key, (default, meaning) in SHAPE_OPTIONS.items():
+        rows.append(f"    {'``' + key + '``':<{width}} {default!s:<8} {meaning}")
+    return "\n".join([rows[1], *rows[:1], rows[1], *rows[2:], rows[1]])
+
+
+if horde.__doc__:  # absent under python -OO
+    horde.__doc__ = horde.__doc__.replace("    <shape options>", _options_table())
 
 
 # -- reference data ---------------------------------------------------------------------
