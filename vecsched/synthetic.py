@@ -33,7 +33,7 @@ from ._columns import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB
 from ._rules import ONLINE_WINDOW_SECONDS
 from ._snapshot import ListColumn, Snapshot, _to_epoch
 
-__all__ = ["DEFAULT_NOW", "SHAPE_DEFAULTS", "horde", "shape_options"]
+__all__ = ["DEFAULT_NOW", "REQUEST_LIFETIME", "SHAPE_DEFAULTS", "SHAPE_OPTIONS", "horde", "shape_options"]
 
 DEFAULT_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 """The instant of a synthetic horde when ``now`` is not given: fixed, so a seed alone fixes the snapshot."""
