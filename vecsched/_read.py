@@ -195,9 +195,29 @@ def prospective(
     -------
     dict
         ``eligible_workers``, ``eligible_worker_threads``, ``ahead_wait`` (seconds
-        or None), ``allowance`` (tokens), ``stale``, ``cycle_time``. With no
+        or None), ``allowance`` (tokens), ``stale``, ``cycle_time``, and
+        ``queue_position`` (requests ahead) when the state gives it. With no
         current cycle the eligibility fields are left out and the allowance is
         the policy's floor.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> from vecsched._job import run_cycle
+    >>> from vecsched._publish import SQLStore
+    >>> snap = vecsched.load_snapshot({
+    ...     "format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
+    ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,
+    ...                  "last_check_in": "2026-11-29T11:59:30Z", "models": ["m"]}],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "max_length": 200, "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z", "models": ["m"]}]})
+    >>> store = SQLStore("sqlite://")
+    >>> run_cycle(lambda now: snap, store, lambda: snap.now).ok
+    True
+    >>> got = prospective({"gentype": "text", "models": ["m"]}, store=store, now=snap.now)
+    >>> got["eligible_workers"], got["ahead_wait"], got["allowance"]
+    (1, 10.0, 502)
     """
     store = default_store() if store is None else store
     policy = AllowancePolicy() if policy is None else policy
