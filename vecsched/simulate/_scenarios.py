@@ -24,9 +24,9 @@ from .._columns import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
 from ._engine import EPOCH, SimRequest, SimWorker, Simulation
 
 _TEXT_LENGTHS = ((80, 3), (120, 5), (160, 8), (200, 12), (240, 12), (256, 15), (300, 15), (400, 10), (512, 20))
-_TEXT_CONTEXTS = ((1024, 5), (2048, 20), (4096, 30), (8192, 30), (16384, 15))
-_WORKER_LENGTHS = ((256, 15), (512, 60), (1024, 25))
-_WORKER_CONTEXTS = ((2048, 15), (4096, 25), (8192, 35), (16384, 25))
+_TEXT_CONTEXTS = ((1024, 10), (2048, 30), (4096, 35), (8192, 22), (16384, 3))
+_WORKER_LENGTHS = ((256, 5), (512, 60), (1024, 35))
+_WORKER_CONTEXTS = ((2048, 5), (4096, 15), (8192, 40), (16384, 40))
 _THREADS = ((1, 75), (2, 15), (3, 4), (4, 6))
 _TEXT_BRIDGES = (
     ("KoboldCppEmbedWorker:2:https://github.com/LostRuins/koboldcpp", 45),
@@ -153,7 +153,7 @@ class Population:
             owner_trusted=rng.random() < 0.7,
             maintenance=rng.random() < 0.02,
             paused=rng.random() < 0.01,
-            nsfw=rng.random() < 0.75,
+            nsfw=rng.random() < 0.85,
             priority_user_ids=(owner,),
         )
         if gentype == TEXT:
@@ -352,8 +352,16 @@ def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
     pop = Population(sim, scenario)
     end = sim.now + warmup + minutes * 60.0 + tail
     for g, count in ((TEXT, scenario.text_workers), (IMAGE, scenario.image_workers)):
-        for _ in range(count):
-            sim.add_worker(pop.worker(g))
+        names = pop.text_models if g == TEXT else pop.image_models
+        for k in range(count):
+            # The first workers cover every model in use once, as a live horde
+            # rarely queues much for a model nobody has served in a while; the
+            # rest follow popularity.
+            w = pop.worker(g)
+            if k < len(names) and names[k] not in w.models:
+                w.models = (names[k], *w.models[1:])
+                w.derive()
+            sim.add_worker(w)
     for g, count, load in (
         (TEXT, scenario.text_workers, scenario.text_load),
         (IMAGE, scenario.image_workers, scenario.image_load),
@@ -416,7 +424,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("burst", "a three-minute burst of 4x traffic on the most popular text model",
                  setup=_burst),
         Scenario("lone_idle", "one idle worker serves a rare model beside deep queues elsewhere",
-                 text_load=1.05, any_model_share=0.0, setup=_lone_idle),
+                 text_load=1.05, any_model_share=0.0, leave_per_min=0.0, model_change_per_min=0.0,
+                 setup=_lone_idle),
         Scenario("chat_heavy", "mostly chat traffic, few chat workers",
                  chat_share=0.85, chat_worker_modes=(0.75, 0.18, 0.07), text_load=0.7),
         Scenario("slow_unsampled", "many workers below the speed floor, many with no samples",
