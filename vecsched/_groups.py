@@ -119,3 +119,37 @@ def overlap_matrix(left: ListColumn, right: ListColumn, vocabulary_size: int) ->
             out[left_rows, right_rows] = True
         begin = end
     return out
+
+
+def pack_words(matrix: np.ndarray) -> np.ndarray:
+    """Pack a boolean matrix's rows into 64-bit words (row ``i`` -> ``ceil(cols/64)`` words).
+
+    OR-ing packed words handles 64 columns per operation; unpack with
+    :func:`unpack_words`.
+    """
+    rows, cols = matrix.shape
+    n_bytes = -(-max(cols, 1) // 64) * 8
+    packed = np.zeros((rows, n_bytes), dtype=np.uint8)
+    packed[:, : -(-cols // 8)] = np.packbits(matrix, axis=1)
+    return packed.view(np.uint64)
+
+
+def unpack_words(words: np.ndarray, cols: int) -> np.ndarray:
+    """The boolean matrix of :func:`pack_words`."""
+    return np.unpackbits(words.view(np.uint8), axis=1, count=cols).astype(bool)
+
+
+def or_by_segments(words: np.ndarray, segment_starts: np.ndarray) -> np.ndarray:
+    """OR of consecutive row runs of ``words``; run ``k`` starts at ``segment_starts[k]``."""
+    if len(words) == 0:
+        return np.zeros((0, words.shape[1]), dtype=words.dtype)
+    return np.bitwise_or.reduceat(words, segment_starts, axis=0)
+
+
+def unique_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)``: a row index per distinct row, and each row's distinct-row number."""
+    if len(words) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    as_bytes = np.ascontiguousarray(words).view(np.dtype((np.void, words.shape[1] * words.itemsize))).ravel()
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
