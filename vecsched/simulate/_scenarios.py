@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from .._columns import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
-from ._engine import EPOCH, SimRequest, SimWorker, Simulation
+from ._engine import SimRequest, SimWorker, Simulation
 
 _TEXT_LENGTHS = ((80, 3), (120, 5), (160, 8), (200, 12), (240, 12), (256, 15), (300, 15), (400, 10), (512, 20))
 _TEXT_CONTEXTS = ((1024, 10), (2048, 30), (4096, 35), (8192, 22), (16384, 3))
