@@ -26,9 +26,10 @@ import numpy as np
 import pandas as pd
 
 from ._columns import GENTYPES, TEXT, RowError
-from ._compute import RequestArrays, WorkerArrays, eligibility, request_arrays, worker_arrays
+from ._arrays import RequestArrays, WorkerArrays, request_arrays, worker_arrays
+from ._eligibility import eligibility
 from ._estimates import Estimates
-from ._groups import factorize_rows, set_codes
+from ._groups import factorize_rows, set_codes, unpack_words
 from ._snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
 
 STATE_VERSION = 1
@@ -180,7 +181,7 @@ def answer_prospective(
     if threads == 0:
         answer["ahead_wait"] = None
         return answer
-    takeable = np.unpackbits(elig.takeable[elig.row[0]], count=elig.n_signatures).astype(bool)
+    takeable = unpack_words(elig.takeable[elig.row[:1]], elig.n_signatures)[0]
     taken = np.zeros(len(st.queue.gentype), dtype=bool)
     taken[same[takeable[elig.signature[1:]]]] = True
     # Ahead: queued at a priority at least ours (equal priority was created earlier).
