@@ -1,0 +1,418 @@
+"""Hypothesis strategies for snapshot mappings in the JSON interchange format.
+
+Each strategy draws plain JSON-ready dicts (SNAPSHOT_FORMAT.md), so a failing
+example prints as a snapshot one can paste into a bug report. Values are drawn
+from small pools on purpose: ties in priority and creation time, shared model
+names, owners equal to requesters, targets naming present and absent workers,
+speeds at and around every floor, sizes at and around ``max_pixels``.
+
+``hordes()`` is the entry point; ``workers()``, ``requests()`` and ``jobs()``
+draw one row each and can be used on their own.
+
+Swarm testing: each horde switches on a random subset of :data:`FEATURES`;
+a feature that is off leaves its fields at permissive values. Drawing every
+restriction at once would leave almost no eligible pair (and so almost no
+competition or wait to compare); drawing subsets keeps eligibility common
+while every restriction, and every combination, still occurs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from hypothesis import strategies as st
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+# Text models of each size class of the speed floor (data/text_models.csv) and one unknown.
+TEXT_MODELS = (
+    "Aeala/Enterredaas-33b",  # 33B: floor 3
+    "Austism/chronos-hermes-13b",  # 13B: floor 4
+    "Aurore-Reveil/Koto-Small-7B-IT",  # 7B: floor 5
+    "someone/not-in-the-list",  # unknown: floor 5
+)
+# Image models with and without inpainting (data/image_models.csv), and one unknown.
+IMAGE_MODELS = (
+    "Deliberate Inpainting",  # inpainting
+    "A-Zovya RPG Inpainting",  # inpainting
+    "AAM XL",
+    "2DN",
+    "unknown image model",
+)
+USER_IDS = ("u0", "u1", "u2")
+
+FEATURES: frozenset[str] = frozenset(
+    {
+        "offline",  # check-ins past the 300 s window
+        "maintenance",
+        "paused",
+        "nsfw",
+        "trust",
+        "targets",  # allow and block lists, naming present and absent workers
+        "exclusions",
+        "models",  # requests naming models (off: any model)
+        "lengths",  # text lengths that may exceed worker limits
+        "chat",  # chat requests and chat modes none/opt_in/only
+        "validated",
+        "slow",  # speeds below the floors, slow_workers false
+        "zero_speed",
+        "options",  # image options and r2
+        "pixels",  # sizes around and above max_pixels
+        "lifecycle",  # inactive, faulted, expired, n=0 requests
+        "jobs",  # jobs in flight, finished and faulted
+    }
+)
+
+TEXT_BRIDGES = (
+    "AI Horde Worker:1:https://example.org",
+    "AI Horde Worker~aphrodite~oai:2.0:https://example.org",
+    "KoboldCppEmbedWorker:1.70:https://example.org",
+    "TabbyAPI",
+    "koboldcpp:1.70:https://example.org",
+    "unknown:0:unknown",
+)
+TEXT_SPEEDS = (None, None, 0.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 7.25, 30.0)
+IMAGE_SPEEDS = (None, None, 0.0, 250_000.0, 499_999.0, 500_000.0, 1_250_000.0, 4_000_000.0)
+# Seconds before NOW: 300 is the last online second, 301 the first offline one.
+CHECK_IN_AGO = (0, 0, 5, 299, 300, 301, 1200)
+CREATED_AGO = (0, 60, 60, 120, 120, 300.5, 900)
+EXPIRES_IN = (-60, 0, 1, 600, 600, 1200)
+SIDES = (64, 512, 512, 576, 768, 1024)
+MAX_PIXELS = (262_144, 262_144, 294_912, 589_824, 1_048_576, 0)
+
+
+def iso(seconds_from_now: float, now: datetime = NOW) -> str:
+    """ISO 8601 time ``seconds_from_now`` after ``now`` (before it when negative)."""
+    t = now + timedelta(seconds=seconds_from_now)
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def _choice(values: Sequence[Any]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(values)
+
+
+def bridge_agents(gentype: str) -> st.SearchStrategy[str]:
+    """Bridge agents: validated and unvalidated text bridges; reGen versions 0..9 and others."""
+    if gentype == "text":
+        return _choice(TEXT_BRIDGES)
+    regen = st.builds(
+        lambda v, form: form.format(v=v),
+        st.integers(0, 9),
+        _choice(("AI Horde Worker reGen:{v}:https://example.org", "AI Horde Worker reGen:{v}.1.0:x")),
+    )
+    return st.one_of(
+        regen,
+        regen,
+        _choice(("unknown:0:unknown", "AI Horde Worker reGen", "AI Horde Worker reGen:x:y", "SomeBridge:9:z")),
+    )
+
+
+def _flag(draw: st.DrawFn, on: bool) -> bool:
+    """A restrictive boolean: drawn when its feature is on, else False."""
+    return draw(st.booleans()) if on else False
+
+
+def _rare(draw: st.DrawFn, on: bool) -> bool:
+    """A restrictive boolean that is seldom true even when its feature is on."""
+    return draw(st.integers(0, 5)) == 5 if on else False
+
+
+@st.composite
+def workers(
+    draw: st.DrawFn,
+    worker_id: str | st.SearchStrategy[str] = st.text("wxyz", min_size=1, max_size=3),
+    *,
+    gentype: str | None = None,
+    now: datetime = NOW,
+    text_models: Sequence[str] = TEXT_MODELS,
+    image_models: Sequence[str] = IMAGE_MODELS,
+    user_ids: Sequence[str] = USER_IDS,
+    features: frozenset[str] = FEATURES,
+) -> dict[str, Any]:
+    """One worker row, varying the fields of the switched-on ``features``."""
+    on = features.__contains__
+    wid = draw(worker_id) if isinstance(worker_id, st.SearchStrategy) else worker_id
+    g = gentype or draw(_choice(("text", "image")))
+    ago = draw(_choice(CHECK_IN_AGO if on("offline") else (0, 5, 299, 300)))
+    pool = text_models if g == "text" else image_models
+    speeds = TEXT_SPEEDS if g == "text" else IMAGE_SPEEDS
+    if not on("slow"):
+        speeds = (None, 7.25, 30.0) if g == "text" else (None, 1_250_000.0, 4_000_000.0)
+    if on("zero_speed") and draw(st.integers(0, 3)) == 0:
+        speeds = (0.0,)
+    models = draw(st.lists(_choice(pool), min_size=1, max_size=3, unique=True))
+    if on("models") and draw(st.integers(0, 7)) == 0:
+        models = []  # a worker with no model is rare but allowed
+    row: dict[str, Any] = {
+        "id": wid,
+        "user_id": draw(_choice(user_ids)),
+        "gentype": g,
+        "owner_trusted": _flag(draw, on("trust")) or not on("trust"),
+        "last_check_in": iso(-ago, now),
+        "threads": draw(st.integers(1, 4)),
+        "speed": draw(_choice(speeds)),
+        "maintenance": _flag(draw, on("maintenance")),
+        "paused": _flag(draw, on("paused")),
+        "nsfw": not _flag(draw, on("nsfw")),
+        "models": models,
+        "bridge_agent": draw(bridge_agents(g)),
+    }
+    if g == "text":
+        lengths = on("lengths")
+        row.update(
+            max_length=draw(_choice((80, 256, 512, 512))) if lengths else 512,
+            max_context_length=draw(_choice((1024, 2048, 2048, 4096))) if lengths else 4096,
+            chat_mode=draw(_choice(("none", "opt_in", "only"))) if on("chat") else "none",
+        )
+        # Chat limits: absent (copy the text limits) or their own values.
+        if on("chat") and draw(st.booleans()):
+            row["chat_max_length"] = draw(_choice((80, 256, 512, 1024)))
+            row["chat_max_context_length"] = draw(_choice((1024, 2048, 8192)))
+    else:
+        options = on("options")
+        row.update(
+            max_pixels=draw(_choice(MAX_PIXELS)) if on("pixels") else 1_048_576,
+            allow_img2img=not _flag(draw, options),
+            allow_painting=not _flag(draw, options),
+            allow_post_processing=not _flag(draw, options),
+            allow_controlnet=draw(st.booleans()),
+            allow_sdxl_controlnet=draw(st.booleans()),
+            allow_lora=draw(st.booleans()),
+            extra_slow_worker=_flag(draw, on("slow")),
+        )
+    return row
+
+
+@st.composite
+def requests(
+    draw: st.DrawFn,
+    request_id: str | st.SearchStrategy[str] = st.text("abAB01", min_size=1, max_size=3),
+    *,
+    gentype: str | None = None,
+    now: datetime = NOW,
+    text_models: Sequence[str] = TEXT_MODELS,
+    image_models: Sequence[str] = IMAGE_MODELS,
+    user_ids: Sequence[str] = USER_IDS,
+    target_ids: Sequence[str] = ("w", "ghost"),
+    features: frozenset[str] = FEATURES,
+) -> dict[str, Any]:
+    """One request row; ``target_ids`` are the worker ids it may name (present or not)."""
+    on = features.__contains__
+    rid = draw(request_id) if isinstance(request_id, st.SearchStrategy) else request_id
+    g = gentype or draw(_choice(("text", "image")))
+    pool = text_models if g == "text" else image_models
+    life = on("lifecycle")
+    n = 0 if _rare(draw, life) else draw(_choice((1, 2, 3)))
+    row: dict[str, Any] = {
+        "id": rid,
+        "user_id": draw(_choice(user_ids)),
+        "gentype": g,
+        "created": iso(-draw(_choice(CREATED_AGO)), now),
+        "expiry": iso(draw(_choice(EXPIRES_IN)) if _rare(draw, life) else draw(_choice((1, 600))), now),
+        "extra_priority": draw(_choice((0, 0, 10, -5))),
+        "n": n,
+        "jobs": n + draw(_choice((0, 0, 1, 2))),
+        "active": not _rare(draw, life),
+        "faulted": _rare(draw, life),
+        "models": draw(st.lists(_choice(pool), min_size=0, max_size=2, unique=True)) if on("models") else [],
+        "slow_workers": not _flag(draw, on("slow")),
+        "trusted_workers": _flag(draw, on("trust")),
+        "nsfw": _flag(draw, on("nsfw")),
+    }
+    if target_ids and on("targets") and draw(st.booleans()):
+        row["worker_ids"] = draw(st.lists(_choice(list(target_ids)), min_size=1, max_size=5))
+        row["worker_blacklist"] = draw(st.booleans())
+    if g == "text":
+        row.update(
+            max_length=draw(_choice((0, 80, 200, 512, 600) if on("lengths") else (0, 80, 200))),
+            max_context_length=draw(_choice((1024, 2048, 4096) if on("lengths") else (1024, 2048))),
+            is_chat=_flag(draw, on("chat")),
+            validated_backends=_flag(draw, on("validated")),
+        )
+    else:
+        # A few options at a time: all of them at once would match no worker.
+        used = draw(st.frozensets(_choice(IMAGE_OPTIONS), max_size=3)) if on("options") else frozenset()
+        size = SIDES if on("pixels") else (64, 512)
+        row.update(
+            width=draw(_choice(size)),
+            height=draw(_choice(size)),
+            steps=draw(_choice((0, 1, 20, 30))),
+            extra_slow_workers=draw(st.booleans()),
+            source_processing=(
+                draw(_choice(SOURCE_PROCESSING[1:])) if "source_processing" in used else "txt2img"
+            ),
+            post_processing=draw(_choice((1, 2))) if "post_processing" in used else 0,
+        )
+        for name in IMAGE_OPTIONS:
+            if name not in ("source_processing", "post_processing"):
+                row[name] = name in used
+    return row
+
+
+SOURCE_PROCESSING = ("txt2img", "img2img", "inpainting", "outpainting")
+IMAGE_OPTIONS = (
+    "source_image",
+    "source_processing",
+    "post_processing",
+    "loras",
+    "tis",
+    "control_type",
+    "hires_fix",
+    "tiling",
+    "transparent",
+    "extra_source_images",
+    "r2",
+)
+
+
+
+@st.composite
+def jobs(
+    draw: st.DrawFn,
+    job_id: str | st.SearchStrategy[str] = st.text("jk", min_size=1, max_size=4),
+    *,
+    request_ids: Sequence[str] = ("r", "ghost"),
+    worker_ids: Sequence[str] = ("w", "ghost"),
+    now: datetime = NOW,
+) -> dict[str, Any]:
+    """One job in flight or done, naming a request and a worker (present or not)."""
+    return {
+        "id": draw(job_id) if isinstance(job_id, st.SearchStrategy) else job_id,
+        "request_id": draw(_choice(list(request_ids))),
+        "worker_id": draw(_choice(list(worker_ids))),
+        "started": iso(-draw(_choice((0, 1, 5, 30, 120, 0.25))), now),
+        "state": draw(_choice(("processing", "processing", "finished", "faulted"))),
+    }
+
+
+_SHAPES = ("normal", "normal", "normal", "normal", "empty", "offline", "fallback", "one_model", "slow")
+
+
+@st.composite
+def hordes(
+    draw: st.DrawFn,
+    max_workers: int = 6,
+    max_requests: int = 10,
+    max_jobs: int = 6,
+    *,
+    now: datetime = NOW,
+    features: frozenset[str] | None = None,
+) -> dict[str, Any]:
+    """A whole snapshot mapping (``vecsched.snapshot/1``).
+
+    Shapes drawn: ordinary hordes; empty ones; hordes with no online worker;
+    all-fallback queues (requests naming only models nobody serves);
+    single-model hordes where every request competes with every other; and
+    slow hordes (every worker below its floor, so the chat speed gate falls back).
+    ``features`` (default: a drawn subset, sometimes all) picks which edges vary.
+    """
+    if features is None:
+        features = draw(st.one_of(st.just(FEATURES), st.frozensets(_choice(sorted(FEATURES)))))
+    shape = draw(_choice(_SHAPES))
+    if shape == "slow":
+        features = features | {"chat", "slow"}
+    if shape == "empty":
+        n_workers = draw(st.integers(0, 1))
+        n_requests = draw(st.integers(0, 1)) if n_workers else 0
+    else:
+        n_workers = draw(st.integers(0 if shape == "offline" else 1, max_workers))
+        n_requests = draw(st.integers(1, max_requests))
+    # Mostly one gentype per horde, so workers and requests meet; sometimes both.
+    gentypes = draw(_choice((("text",), ("image",), ("text", "image"))))
+    text_models: Sequence[str] = TEXT_MODELS
+    image_models: Sequence[str] = IMAGE_MODELS
+    if shape == "one_model":
+        text_models, image_models = TEXT_MODELS[:1], IMAGE_MODELS[:1]
+
+    worker_ids = draw(
+        st.lists(st.text("wxyz", min_size=1, max_size=3), min_size=n_workers, max_size=n_workers, unique=True)
+    )
+    request_ids = draw(
+        st.lists(st.text("abAB01", min_size=1, max_size=3), min_size=n_requests, max_size=n_requests, unique=True)
+    )
+    ghost_workers = ["ghost-w"]
+    ghost_requests = ["ghost-r"]
+    target_pool = worker_ids + ghost_workers
+
+    worker_features = features - {"offline"} if shape != "offline" else features | {"offline"}
+    worker_rows = []
+    for wid in worker_ids:
+        row = draw(
+            workers(
+                wid,
+                gentype=draw(_choice(gentypes)),
+                now=now,
+                text_models=text_models,
+                image_models=image_models,
+                features=worker_features,
+            )
+        )
+        if shape == "offline":
+            row["last_check_in"] = iso(-draw(_choice((301, 1200))), now)
+        elif "offline" in features:
+            row["last_check_in"] = iso(-draw(_choice(CHECK_IN_AGO)), now)
+        if shape == "slow":
+            # Everyone below the floors: the chat speed gate must fall back.
+            slow = (2.5, 3.5, 4.5) if row["gentype"] == "text" else (250_000.0, 499_999.0)
+            row["speed"] = draw(_choice(slow))
+        worker_rows.append(row)
+    request_features = features | {"models"} if shape == "fallback" else features
+    request_rows = []
+    for rid in request_ids:
+        row = draw(
+            requests(
+                rid,
+                gentype=draw(_choice(gentypes)),
+                now=now,
+                text_models=text_models,
+                image_models=image_models,
+                target_ids=target_pool,
+                features=request_features,
+            )
+        )
+        if shape == "fallback":
+            # Requests naming only models nobody serves: every figure falls back.
+            row["models"] = ["nobody/serves-this"]
+        request_rows.append(row)
+    # Ties: copy one request's priority and creation time onto another, so id order decides.
+    if len(request_rows) >= 2 and draw(st.booleans()):
+        a, b = draw(st.permutations(range(len(request_rows))))[:2]
+        request_rows[b]["extra_priority"] = request_rows[a]["extra_priority"]
+        request_rows[b]["created"] = request_rows[a]["created"]
+    # A maintenance worker and a request by its owner.
+    if "maintenance" in features and worker_rows and request_rows and draw(st.booleans()):
+        w = draw(_choice(worker_rows))
+        r = draw(_choice(request_rows))
+        w["maintenance"] = True
+        r["user_id"] = w["user_id"]
+
+    n_jobs = draw(st.integers(0, max_jobs)) if "jobs" in features else 0
+    job_ids = draw(st.lists(st.text("jk", min_size=1, max_size=4), min_size=n_jobs, max_size=n_jobs, unique=True))
+    job_rows = [
+        draw(
+            jobs(
+                jid,
+                request_ids=request_ids + ghost_requests,
+                worker_ids=worker_ids + ghost_workers,
+                now=now,
+            )
+        )
+        for jid in job_ids
+    ]
+    excluded: list[list[str]] = []
+    if "exclusions" in features:
+        excluded = draw(
+            st.lists(
+                st.tuples(_choice(worker_ids + ghost_workers), _choice(request_ids + ghost_requests)).map(list),
+                max_size=4,
+            )
+        )
+    return {
+        "format": "vecsched.snapshot/1",
+        "now": iso(0, now),
+        "workers": worker_rows,
+        "requests": request_rows,
+        "jobs": job_rows,
+        "excluded_pairs": excluded,
+    }
