@@ -2,23 +2,30 @@
 
 Request j competes with i when j is ahead of i and its signature is one that
 i's eligible workers could take. Requests whose workers could take the same
-signatures form a *competition class*. For a member at queue position p the
-figures are, over the class's signatures s, the number, jobs and work of the
-requests of signature s before p:
+signatures form a *competition class*. For a member at queue position p we
+need, over the class's signatures, the number, jobs and work of the requests
+before p.
 
-* per signature, requests are kept sorted by position with prefix sums, so
-  each (member, signature) pair is one ``searchsorted`` and three lookups;
-  all such pairs of the small classes are answered in a few large batches;
-* a class whose pairs would outnumber the queue itself (many members, many
-  signatures) is answered with one pass of prefix sums over the queue.
+For each (class, signature) pair the cheaper side is walked:
+
+* a signature with fewer requests than the class has members contributes its
+  requests to a per-class list, sorted once, that members search;
+* otherwise each member searches the signature's own prefix sums.
+
+So a pair costs ``min(requests of the signature, members of the class)``.
+Where a class could take nearly everything, it is answered as "everything
+ahead, less what it could not take", which walks the (small) complement.
+Takeable sets stay bit-packed and are unpacked a block of classes at a time.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# Pairs answered per batch; bounds the temporary arrays.
-PAIRS_PER_BATCH = 1 << 22
+from ._groups import unpack_words
+
+# Elements per temporary block (pairs, entries, unpacked rows).
+BLOCK = 1 << 22
 
 
 def competition(
@@ -26,6 +33,7 @@ def competition(
     signature: np.ndarray,
     competition_class: np.ndarray,
     class_takeable: np.ndarray,
+    n_signatures: int,
     jobs: np.ndarray,
     work: np.ndarray,
     members: np.ndarray,
@@ -35,119 +43,161 @@ def competition(
     Parameters
     ----------
     position, signature, jobs, work : ndarray
-        One entry per queued request of one gentype (positions: any order-preserving numbers).
+        One entry per queued request of one gentype (positions: any
+        order-preserving numbers, distinct).
     competition_class : ndarray
         The class of each of ``members``.
-    class_takeable : ndarray of bool, shape (classes, signatures)
-        The signatures each class could take.
+    class_takeable : ndarray of uint64, shape (classes, words)
+        Bit-packed (see :func:`vecsched._groups.pack_words`): the signatures
+        each class could take.
+    n_signatures : int
+        How many signatures the packed rows hold.
     members : ndarray
         Indices (into the queued requests) of the requests to answer for.
 
     Examples
     --------
     >>> import numpy as np
+    >>> from vecsched._groups import pack_words
     >>> count, jobs, work = competition(
     ...     position=np.array([0, 1, 2]), signature=np.array([0, 1, 0]),
-    ...     competition_class=np.array([0]), class_takeable=np.array([[True, False]]),
-    ...     jobs=np.array([1, 1, 1]), work=np.array([10, 20, 30]), members=np.array([2]))
+    ...     competition_class=np.array([0]), class_takeable=pack_words(np.array([[True, False]])),
+    ...     n_signatures=2, jobs=np.array([1, 1, 1]), work=np.array([10, 20, 30]),
+    ...     members=np.array([2]))
     >>> int(count[0]), int(jobs[0]), int(work[0])
     (1, 1, 10)
     """
     n = len(position)
-    count_ahead = np.zeros(len(members), dtype=np.int64)
-    jobs_ahead = np.zeros(len(members), dtype=np.int64)
-    work_ahead = np.zeros(len(members), dtype=np.int64)
+    out = tuple(np.zeros(len(members), dtype=np.int64) for _ in range(3))
     if n == 0 or len(members) == 0:
-        return count_ahead, jobs_ahead, work_ahead
-    # Rank positions 0..n-1 within this queue so they can index arrays.
+        return out  # type: ignore[return-value]
+    # Ranks 0..n-1 in queue order, so positions index arrays.
     by_position = np.argsort(position, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[by_position] = np.arange(n)
     at = rank[members]
-
-    # Requests sorted by (signature, position), with per-signature prefix sums.
-    by_sig = np.lexsort((rank, signature))
     stride = n + 1
-    sorted_key = signature[by_sig].astype(np.int64) * stride + rank[by_sig]
-    cum_jobs = np.r_[0, np.cumsum(jobs[by_sig])]
-    cum_work = np.r_[0, np.cumsum(work[by_sig])]
-    n_sig = class_takeable.shape[1]
-    sig_start = np.searchsorted(signature[by_sig], np.arange(n_sig))
 
-    # Each class's signatures, as a flat list with offsets.
-    class_of_pair, sig_of_pair = np.nonzero(class_takeable)
-    sig_offsets = np.searchsorted(class_of_pair, np.arange(len(class_takeable) + 1))
-    sig_count = np.diff(sig_offsets)
+    # Requests sorted by (signature, rank), with per-signature prefix sums.
+    by_sig = np.lexsort((rank, signature))
+    sig_sorted_key = signature[by_sig].astype(np.int64) * stride + rank[by_sig]
+    sig_cum_jobs = np.r_[0, np.cumsum(jobs[by_sig])]
+    sig_cum_work = np.r_[0, np.cumsum(work[by_sig])]
+    sig_start = np.searchsorted(signature[by_sig], np.arange(n_signatures + 1))
+    sig_size = np.diff(sig_start)
+    # Everything ahead, in queue order, for classes answered by complement.
+    all_jobs = np.r_[0, np.cumsum(jobs[by_position])]
+    all_work = np.r_[0, np.cumsum(work[by_position])]
 
-    # Decide per class: pairs (members x signatures) or one pass over the queue.
-    n_members = np.bincount(competition_class, minlength=len(class_takeable))
-    last = np.zeros(len(class_takeable), dtype=np.int64)
-    np.maximum.at(last, competition_class, at)
-    dense = n_members * sig_count * 4 > last + 1
-    pairs_member = np.flatnonzero(~dense[competition_class] & (sig_count[competition_class] > 0))
-    _answer_by_pairs(
-        pairs_member,
-        at,
-        competition_class,
-        sig_offsets,
-        sig_count,
-        sig_of_pair,
-        sorted_key,
-        stride,
-        sig_start,
-        cum_jobs,
-        cum_work,
-        (count_ahead, jobs_ahead, work_ahead),
-    )
+    n_classes = len(class_takeable)
+    class_size = np.bincount(competition_class, minlength=n_classes)
+    # Members grouped by class, in queue order within a class.
+    by_class = np.lexsort((at, competition_class))
+    class_start = np.r_[0, np.cumsum(class_size)]
 
-    # Queue order, for the classes answered with one pass.
-    sig_in_order = signature[by_position]
-    jobs_in_order = jobs[by_position]
-    work_in_order = work[by_position]
-    for q in np.flatnonzero(dense & (n_members > 0)):
-        who = np.flatnonzero(competition_class == q)
-        end = int(last[q])
-        takes = class_takeable[q][sig_in_order[:end]]
-        count_ahead[who] = np.r_[0, np.cumsum(takes)][at[who]]
-        jobs_ahead[who] = np.r_[0, np.cumsum(np.where(takes, jobs_in_order[:end], 0))][at[who]]
-        work_ahead[who] = np.r_[0, np.cumsum(np.where(takes, work_in_order[:end], 0))][at[who]]
-    return count_ahead, jobs_ahead, work_ahead
+    step = max(1, BLOCK // max(n_signatures, 1))
+    for first in range(0, n_classes, step):
+        classes = np.arange(first, min(first + step, n_classes))
+        takes = unpack_words(class_takeable[classes], n_signatures)
+        cost = np.minimum(sig_size[None, :], class_size[classes][:, None])
+        direct_cost = np.where(takes, cost, 0).sum(axis=1)
+        complement = direct_cost * 2 > cost.sum(axis=1)
+        walk = takes ^ complement[:, None]  # the signatures whose requests are summed
+        pair_class, pair_sig = np.nonzero(walk)
+        pair_class = classes[pair_class]
+        small = sig_size[pair_sig] <= class_size[pair_class]
+        block_members = by_class[class_start[classes[0]] : class_start[classes[-1] + 1]]
+        sums = np.zeros((3, len(block_members)), dtype=np.int64)
+        local = np.full(len(members), -1, dtype=np.int64)
+        local[block_members] = np.arange(len(block_members))
+        _sum_small(
+            pair_class[small], pair_sig[small], sig_start, by_sig, rank, jobs, work,
+            by_class, class_start, at, stride, local, sums,
+        )
+        _sum_large(
+            pair_class[~small], pair_sig[~small], by_class, class_start, at, stride,
+            sig_sorted_key, sig_start, sig_cum_jobs, sig_cum_work, local, sums,
+        )
+        flip = complement[competition_class[block_members] - first]
+        ahead = at[block_members]
+        everything = np.stack([ahead, all_jobs[ahead], all_work[ahead]])
+        result = np.where(flip[None, :], everything - sums, sums)
+        for k in range(3):
+            out[k][block_members] = result[k]
+    return out  # type: ignore[return-value]
 
 
-def _answer_by_pairs(
-    who: np.ndarray,
-    at: np.ndarray,
-    competition_class: np.ndarray,
-    sig_offsets: np.ndarray,
-    sig_count: np.ndarray,
-    sig_of_pair: np.ndarray,
-    sorted_key: np.ndarray,
-    stride: int,
+def _sum_small(
+    pair_class: np.ndarray,
+    pair_sig: np.ndarray,
     sig_start: np.ndarray,
-    cum_jobs: np.ndarray,
-    cum_work: np.ndarray,
-    out: tuple[np.ndarray, np.ndarray, np.ndarray],
+    by_sig: np.ndarray,
+    rank: np.ndarray,
+    jobs: np.ndarray,
+    work: np.ndarray,
+    by_class: np.ndarray,
+    class_start: np.ndarray,
+    at: np.ndarray,
+    stride: int,
+    local: np.ndarray,
+    sums: np.ndarray,
 ) -> None:
-    """Answer ``who`` by one ``searchsorted`` per (member, signature of its class) pair."""
-    if len(who) == 0:
+    """Pairs whose signature is smaller than the class: list the signature's requests per class."""
+    if len(pair_class) == 0:
         return
-    count_ahead, jobs_ahead, work_ahead = out
-    per_member = sig_count[competition_class[who]]
-    ends = np.cumsum(per_member)
-    a = 0
-    while a < len(who):
-        b = int(np.searchsorted(ends, (ends[a - 1] if a else 0) + PAIRS_PER_BATCH, side="right"))
-        b = max(b, a + 1)
-        batch = who[a:b]
-        reps = per_member[a:b]
-        total = int(reps.sum())
-        member_of_pair = np.repeat(np.arange(len(batch)), reps)
-        first_pair = np.r_[0, np.cumsum(reps)[:-1]]
-        within = np.arange(total) - np.repeat(first_pair, reps)
-        sigs = sig_of_pair[np.repeat(sig_offsets[competition_class[batch]], reps) + within]
-        found = np.searchsorted(sorted_key, sigs * stride + np.repeat(at[batch], reps))
-        starts = sig_start[sigs]
-        count_ahead[batch] = np.add.reduceat(found - starts, first_pair)
-        jobs_ahead[batch] = np.add.reduceat(cum_jobs[found] - cum_jobs[starts], first_pair)
-        work_ahead[batch] = np.add.reduceat(cum_work[found] - cum_work[starts], first_pair)
-        a = b
+    sizes = sig_start[pair_sig + 1] - sig_start[pair_sig]
+    entry_class = np.repeat(pair_class, sizes)
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    entry = by_sig[np.repeat(sig_start[pair_sig] - offsets, sizes) + np.arange(int(sizes.sum()))]
+    key = entry_class * stride + rank[entry]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    cum_jobs = np.r_[0, np.cumsum(jobs[entry][order])]
+    cum_work = np.r_[0, np.cumsum(work[entry][order])]
+    classes = np.unique(pair_class)
+    who = _members_of(classes, by_class, class_start)
+    member_class = np.repeat(classes, class_start[classes + 1] - class_start[classes])
+    found = np.searchsorted(key, member_class * stride + at[who])
+    begin = np.searchsorted(key, member_class * stride)
+    where = local[who]
+    sums[0, where] += found - begin
+    sums[1, where] += cum_jobs[found] - cum_jobs[begin]
+    sums[2, where] += cum_work[found] - cum_work[begin]
+
+
+def _sum_large(
+    pair_class: np.ndarray,
+    pair_sig: np.ndarray,
+    by_class: np.ndarray,
+    class_start: np.ndarray,
+    at: np.ndarray,
+    stride: int,
+    sig_sorted_key: np.ndarray,
+    sig_start: np.ndarray,
+    sig_cum_jobs: np.ndarray,
+    sig_cum_work: np.ndarray,
+    local: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Pairs whose class is smaller than the signature: each member searches the signature."""
+    if len(pair_class) == 0:
+        return
+    sizes = class_start[pair_class + 1] - class_start[pair_class]
+    total = int(sizes.sum())
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    who = by_class[np.repeat(class_start[pair_class] - offsets, sizes) + np.arange(total)]
+    sig = np.repeat(pair_sig, sizes)
+    found = np.searchsorted(sig_sorted_key, sig * stride + at[who])
+    begin = sig_start[sig]
+    where = local[who]
+    for k, values in enumerate(
+        (found - begin, sig_cum_jobs[found] - sig_cum_jobs[begin], sig_cum_work[found] - sig_cum_work[begin])
+    ):
+        sums[k] += np.bincount(where, weights=values, minlength=sums.shape[1]).astype(np.int64)
+
+
+def _members_of(classes: np.ndarray, by_class: np.ndarray, class_start: np.ndarray) -> np.ndarray:
+    """The members of ``classes`` (sorted class codes), grouped by class."""
+    sizes = class_start[classes + 1] - class_start[classes]
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    return by_class[np.repeat(class_start[classes] - offsets, sizes) + np.arange(int(sizes.sum()))]

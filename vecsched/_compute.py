@@ -21,7 +21,7 @@ from ._columns import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from ._competition import competition
 from ._eligibility import eligibility
 from ._estimates import EstimateOptions, Estimates
-from ._groups import unique_rows, unpack_words
+from ._groups import unique_rows
 from ._snapshot import Snapshot
 
 class _Stages:
@@ -113,9 +113,12 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
 
         with stages("competition"):
             eligible = np.flatnonzero(elig.threads > 0)
-            # Requests whose eligible workers could take the same signatures compete alike.
-            first, klass = unique_rows(elig.takeable[elig.row[eligible]])
-            class_takeable = unpack_words(elig.takeable[elig.row[eligible[first]]], elig.n_signatures)
+            # Requests whose eligible workers could take the same signatures compete
+            # alike; rows are deduplicated per group, never per request.
+            used_rows, row_of_request = np.unique(elig.row[eligible], return_inverse=True)
+            first, class_of_row = unique_rows(elig.takeable[used_rows])
+            class_takeable = elig.takeable[used_rows[first]]
+            klass = class_of_row[row_of_request.ravel()]
             n_sig = elig.n_signatures
             groups[f"{name}_signatures"] = n_sig
             groups[f"{name}_competition_classes"] = len(class_takeable)
@@ -124,6 +127,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
                 elig.signature,
                 klass.ravel(),
                 class_takeable,
+                n_sig,
                 rq.n[mine],
                 work[mine],
                 eligible,
