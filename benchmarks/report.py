@@ -1,0 +1,315 @@
+"""Turn a results mapping into the target check, the far-from-floor notes, the plot and the README table."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+STAGES = ("prepare", "horde", "eligibility", "competition", "figures")
+# A stage this many times the whole one-pass floor is called out as far from it.
+FAR_FACTOR = 5.0
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured value and whether it was met (None: not measured)."""
+    sizes = results.get("sizes", {})
+    ten, stress = sizes.get("10x", {}), sizes.get("stress", {})
+    out = []
+
+    def add(name: str, value: Any, goal: str, met: bool | None) -> None:
+        out.append({"target": name, "measured": value, "goal": goal, "met": met})
+
+    t = _get(ten, "batch", "total_s")
+    add("2,000 x 50,000: whole estimate", t, "well under 1 s", None if t is None else t < 1.0)
+    s = _get(ten, "per_request", "speedup_per_request")
+    add("2,000 x 50,000: speed-up per request over the per-request path", s, ">= 1,000x", None if s is None else s >= 1000)
+    f = ten.get("batch_over_floor")
+    add("2,000 x 50,000: batch / one-pass floor", f, "<= 20x", None if f is None else f <= 20)
+    if stress:
+        t = _get(stress, "batch", "total_s")
+        if t is None and "stopped" in stress:
+            add("20,000 x 1,000,000: whole estimate", stress["stopped"], "<= 30 s", False)
+        else:
+            add("20,000 x 1,000,000: whole estimate", t, "<= 30 s", None if t is None else t <= 30)
+        m = stress.get("peak_rss_bytes") or stress.get("sampled_peak_rss_bytes")
+        add("20,000 x 1,000,000: peak RSS (horde + estimate)", m, "<= 8 GiB", None if not m else m <= 8 * GiB)
+    e = _get(results, "sweeps", "requests", "fits", "batch", "exponent")
+    add("growth in waiting requests at fixed workers (fitted exponent)", e, "<= ~1.1 (roughly linear)",
+        None if e is None else e <= 1.15)
+    return out
+
+
+def far_from_floor(results: dict[str, Any]) -> list[str]:
+    """Plain-language notes on where the batch is far from the floor or grows faster than linearly."""
+    notes = []
+    for name, r in results.get("sizes", {}).items():
+        floor = _get(r, "floor", "total")
+        stages = _get(r, "batch", "stages_s") or {}
+        if not floor:
+            if "stopped" in r:
+                notes.append(f"{name}: {r['stopped']}")
+            continue
+        for stage in STAGES:
+            if stage in stages and stages[stage] > FAR_FACTOR * floor:
+                share = stages[stage] / r["batch"]["total_s"]
+                notes.append(
+                    f"{name} ({r['workers']:,} x {r['requests']:,}): stage {stage} takes {stages[stage]:.3g} s, "
+                    f"{stages[stage] / floor:.0f}x the whole one-pass floor ({share:.0%} of the batch)"
+                )
+    for kind, sweep in results.get("sweeps", {}).items():
+        for key, fit in sweep.get("fits", {}).items():
+            if key.startswith("stage:") and fit and fit["exponent"] > 1.15 and max(
+                (v or 0) for v in series_of(sweep, key)
+            ) > 0.05:
+                notes.append(
+                    f"sweep over {kind}: stage {key[6:]} grows as {kind}^{fit['exponent']:.2f} "
+                    f"(last step ^{fit['last_step_exponent']:.2f})"
+                )
+    return notes
+
+
+def series_of(sweep: dict[str, Any], key: str) -> list[float | None]:
+    from .__main__ import series
+
+    return series(sweep["points"])[key]
+
+
+# ---------------------------------------------------------------------------------
+# Plot
+# ---------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Time against queue size (left) and worker count (right), vecsched and the baselines, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .__main__ import series
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    styles = {
+        "batch": ("vecsched.estimate (batch)", "o-", "C0"),
+        "floor": ("one-pass floor", "s--", "C2"),
+        "dense": ("dense NumPy (W x R, R x R)", "^-", "C1"),
+        "per_request_path": ("per-request path x queue (scaled)", "v:", "C3"),
+    }
+    for ax, kind in zip(axes, ("requests", "workers")):
+        sweep = _get(results, "sweeps", kind)
+        if not sweep:
+            ax.set_visible(False)
+            continue
+        data = series(sweep["points"])
+        for key, (label, style, color) in styles.items():
+            pts = [(x, y) for x, y in zip(sweep["x"], data[key]) if x and y]
+            if pts:
+                fit = sweep["fits"].get(key)
+                tail = f" (~{kind}^{fit['exponent']:.2f})" if fit else ""
+                ax.plot(*zip(*pts), style, color=color, label=label + tail)
+        if kind == "requests":
+            for name, r in results.get("sizes", {}).items():
+                if _get(r, "batch", "total_s") and r.get("waiting"):
+                    ax.plot([r["waiting"]], [r["batch"]["total_s"]], "*", color="k", ms=10)
+                    ax.annotate(f"{name} ({r['workers']:,} w)", (r["waiting"], r["batch"]["total_s"]),
+                                textcoords="offset points", xytext=(5, -12), fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        fixed = ", ".join(f"{k} = {v:,}" for k, v in sweep["fixed"].items())
+        ax.set_xlabel("waiting requests" if kind == "requests" else "workers")
+        ax.set_ylabel("seconds for every waiting request")
+        ax.set_title(f"over {kind} ({fixed})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    m = results.get("machine", {})
+    fig.suptitle(f"vecsched benchmarks ({results['mode']} mode, {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------
+# README table
+# ---------------------------------------------------------------------------------
+
+
+def _s(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if isinstance(v, (int, float)):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}g}"
+    return str(v)
+
+
+def _x(v: Any) -> str:
+    return "-" if v is None else f"{v:,.0f}x" if v >= 100 else f"{v:.3g}x"
+
+
+def _gib(v: Any) -> str:
+    return "-" if not v else f"{v / GiB:.2f} GiB"
+
+
+def tables(results: dict[str, Any]) -> str:
+    """The generated Markdown: machine, targets, per-size stages, side by side, sweeps, notes."""
+    m = results["machine"]
+    lines = [
+        f"Generated by `{results['command']}` ({results['mode']} mode) on {results['started']}, "
+        f"{results['elapsed_s']:.0f} s; vecsched at commit `{m.get('git_commit', '?')}`"
+        + (" (with uncommitted changes under vecsched/)" if m.get("vecsched_dirty") else "") + ".",
+        "",
+        f"Machine: {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs, {_gib(m.get('memory_bytes'))} RAM, "
+        f"{m.get('platform', '?')}; Python {m.get('python')}, NumPy {m.get('numpy')}, pandas {m.get('pandas')}; "
+        + ", ".join(f"{k}={v if v is not None else 'unset'}" for k, v in m.get("env", {}).items())
+        + f"; load average {', '.join(f'{x:.2f}' for x in m.get('load_average', []))} at the start, "
+        f"{', '.join(f'{x:.2f}' for x in m.get('load_average_end', []))} at the end (shared machine).",
+        "",
+        "### Targets",
+        "",
+        "| target | goal | measured | met |",
+        "|---|---|---|---|",
+    ]
+    for t in results.get("targets", []):
+        v = t["measured"]
+        if v is None:
+            v = "not measured"
+        elif isinstance(v, (int, float)) and "RSS" in t["target"]:
+            v = _gib(v)
+        elif isinstance(v, (int, float)) and "speed-up" in t["target"]:
+            v = _x(v)
+        elif isinstance(v, (int, float)) and "floor" in t["target"]:
+            v = _x(v)
+        elif isinstance(v, (int, float)) and "exponent" in t["target"]:
+            v = f"{v:.2f}"
+        elif isinstance(v, (int, float)):
+            v = f"{v:.3g} s"
+        lines.append(f"| {t['target']} | {t['goal']} | {v} | {'-' if t['met'] is None else 'yes' if t['met'] else '**no**'} |")
+
+    sizes = results.get("sizes", {})
+    lines += [
+        "",
+        "### Per size: stages of `vecsched.estimate` (median seconds), memory and groups",
+        "",
+        "| size | workers x requests (waiting) | " + " | ".join(STAGES) + " | total | cold | peak RSS | tracemalloc peak | request groups (text/image) | worker declarations | competition classes | signatures |",
+        "|---|---|" + "---|" * (len(STAGES) + 8),
+    ]
+    for name, r in sizes.items():
+        st = _get(r, "batch", "stages_s") or {}
+        g = r.get("groups", {})
+        lines.append(
+            f"| {name} | {r['workers']:,} x {r['requests']:,} ({_s(r.get('waiting'))}) | "
+            + " | ".join(_s(st.get(s)) for s in STAGES)
+            + f" | {_s(_get(r, 'batch', 'total_s'))} | {_s(r.get('batch_cold_s'))} | "
+            f"{_gib(r.get('peak_rss_bytes') or r.get('sampled_peak_rss_bytes'))} | {_gib(r.get('tracemalloc_peak_bytes'))} | "
+            f"{_s(g.get('text_request_groups'))}+{_s(g.get('text_special_groups'))} / "
+            f"{_s(g.get('image_request_groups'))}+{_s(g.get('image_special_groups'))} | "
+            f"{_s(g.get('text_worker_declarations'))} / {_s(g.get('image_worker_declarations'))} | "
+            f"{_s(g.get('text_competition_classes'))} | {_s(g.get('text_signatures'))} |"
+            + (f" {r['stopped']}" if "stopped" in r else "")
+        )
+    lines += [
+        "",
+        "Request groups are ordinary + special (special: targeted, owner of a worker in maintenance, or in an "
+        "excluded pair). Peak RSS is the whole measuring process after the batch runs (interpreter, synthetic "
+        "horde and estimate), before any baseline runs; the horde alone is in the JSON (`rss_after_synthesis_bytes`).",
+        "",
+        "### Side by side (same process, same snapshot)",
+        "",
+        "| size | batch | one-pass floor | batch / floor | dense NumPy | dense / batch | per-request path: one request | x queue (scaled) | batch per request | speed-up per request | checks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in sizes.items():
+        d, p = r.get("dense", {}), r.get("per_request", {})
+        checks = []
+        if "agreement" in d:
+            checks.append("dense agrees" if d["agreement"]["agrees"] else f"dense DISAGREES {d['agreement']['mismatches']}")
+        if "sample_mismatches" in p:
+            checks.append(f"reference sample of {p['sample']}: {p['sample_mismatches']} mismatches")
+        lines.append(
+            f"| {name} | {_s(_get(r, 'batch', 'ratio_basis_s'))} s | {_s(_get(r, 'floor', 'total'))} s | "
+            f"{_x(r.get('batch_over_floor'))} | "
+            + (f"{_s(d['total_s'])} s | {_x(d.get('over_batch'))}" if "total_s" in d else f"{d.get('skipped', '-')} | -")
+            + f" | {_s(p.get('mean_s'))} s | {_s(p.get('scaled_to_queue_s'))} s | {_s(p.get('batch_per_request_s'))} s | "
+            f"{_x(p.get('speedup_per_request'))} | {'; '.join(checks) or '-'} |"
+        )
+    lines += [
+        "",
+        "The floor reads every input column once (numbers: one reduction; strings: one hash); its split "
+        "into numbers and strings is in the JSON. The per-request path's prepare (rows to dicts, once per "
+        "snapshot) is not counted in its per-request time; it is in the JSON (`per_request.prepare_s`).",
+    ]
+    for kind, sweep in results.get("sweeps", {}).items():
+        from .__main__ import series
+
+        data = series(sweep["points"])
+        fixed = ", ".join(f"{k} = {v:,}" for k, v in sweep["fixed"].items())
+        xs = "waiting requests" if kind == "requests" else "workers"
+        lines += [
+            "",
+            f"### Sweep over {kind} ({fixed})",
+            "",
+            f"| {xs} | batch | " + " | ".join(STAGES) + " | floor | dense | per-request path (scaled) | peak RSS |",
+            "|---|---|" + "---|" * (len(STAGES) + 4),
+        ]
+        for i, p in enumerate(sweep["points"]):
+            lines.append(
+                f"| {_s(sweep['x'][i])} | {_s(data['batch'][i])} | "
+                + " | ".join(_s(data.get(f'stage:{s}', [None] * len(sweep['x']))[i]) for s in STAGES)
+                + f" | {_s(data['floor'][i])} | {_s(data['dense'][i])} | {_s(data['per_request_path'][i])} | "
+                f"{_gib(p.get('peak_rss_bytes') or p.get('sampled_peak_rss_bytes'))} |"
+                + (f" {p['stopped']}" if "stopped" in p else "")
+            )
+        fits = sweep["fits"]
+        row = lambda key: fits.get(key)  # noqa: E731
+        lines.append(
+            "| **fitted exponent** (last step) | "
+            + " | ".join(
+                "-" if not row(k) else f"{row(k)['exponent']:.2f} ({row(k)['last_step_exponent']:.2f})"
+                for k in ["batch", *[f"stage:{s}" for s in STAGES], "floor", "dense", "per_request_path"]
+            )
+            + " | |"
+        )
+    svc = results.get("service")
+    if svc:
+        lines += ["", "### The job on PostgreSQL + Redis (2,000 x 50,000, `benchmarks/service.py`)", ""]
+        if "error" in svc:
+            lines.append(f"Not measured: {svc['error']}")
+        else:
+            r = svc.get("status_read_ms", {})
+            lines += [
+                "| database import | load (median) | estimate (median) | publish (median) | status read p50 / p99 | Redis hash |",
+                "|---|---|---|---|---|---|",
+                f"| {_s(svc.get('import_s'))} s | {_s(svc.get('median_load_s'))} s | {_s(svc.get('median_estimate_s'))} s | "
+                f"{_s(svc.get('median_publish_s'))} s | {_s(r.get('p50'))} / {_s(r.get('p99'))} ms | "
+                f"{_s((svc.get('redis_hash_bytes') or 0) / 2**20)} MiB |",
+            ]
+    notes = results.get("far_from_floor", [])
+    lines += ["", "### Far from the floor", ""]
+    lines += [f"- {n}" for n in notes] or ["- nothing: every stage within "f"{FAR_FACTOR:g}x the floor"]
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(results: dict[str, Any], readme: Path, png: Path) -> None:
+    """Replace the generated block of the README (between the markers) with fresh tables."""
+    text = readme.read_text(encoding="utf-8") if readme.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    rel = png.relative_to(readme.parent) if png.is_relative_to(readme.parent) else png
+    block = f"{BEGIN}\n![time against size]({rel})\n\n{tables(results)}{END}"
+    if BEGIN in text and END in text:
+        text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    readme.write_text(text, encoding="utf-8")

@@ -1,0 +1,66 @@
+"""Smoke test of the benchmark harness at toy sizes: it runs, its JSON is valid, its checks agree.
+
+No timing assertions: the machine is shared and noisy; the numbers are the benchmark's business.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks.__main__ import fit_exponent, run
+from benchmarks.dense import compare, dense_estimate
+from benchmarks.floor import one_pass
+
+import vecsched
+from vecsched.synthetic import horde
+
+
+def test_toy_run_writes_valid_json_and_plot(tmp_path):
+    results = run("toy", tmp_path, readme=False, log=lambda s: None)
+    doc = json.loads((tmp_path / "toy.json").read_text())
+    assert doc["format"] == "vecsched.benchmarks/1" and doc["mode"] == "toy"
+    assert (tmp_path / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    today = doc["sizes"]["today"]
+    assert today["phase"] == "done" and "stopped" not in today
+    assert set(today["batch"]["stages_s"]) >= {"prepare", "eligibility", "competition", "figures"}
+    assert today["waiting"] > 0 and today["peak_rss_bytes"] > 0
+    assert today["groups"]["text_request_groups"] > 0
+    # The baselines ran and agree with the batch.
+    assert today["dense"]["agreement"]["agrees"], today["dense"]["agreement"]
+    assert today["per_request"]["sample_mismatches"] == 0
+    assert today["per_request"]["sample"] > 0
+    for kind in ("requests", "workers"):
+        sweep = doc["sweeps"][kind]
+        assert len(sweep["points"]) == len(sweep["x"]) >= 3
+        assert math.isfinite(sweep["fits"]["batch"]["exponent"])
+    assert {t["target"] for t in doc["targets"]}
+    assert results["sizes"]["today"]["waiting"] == today["waiting"]
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_dense_baseline_agrees_with_estimate(seed):
+    snap = horde(workers=25, requests=200, seed=seed, chat_share=0.5)
+    check = compare(dense_estimate(snap), vecsched.estimate(snap).to_frame())
+    assert check["agrees"], check["mismatches"]
+
+
+def test_compare_notices_a_difference():
+    snap = horde(workers=25, requests=200, seed=5)
+    dense = dense_estimate(snap)
+    dense.iloc[0, dense.columns.get_loc("queue_position")] += 1
+    assert not compare(dense, vecsched.estimate(snap).to_frame())["agrees"]
+
+
+def test_floor_reads_every_table():
+    spent = one_pass(horde(workers=10, requests=50))
+    assert spent["total"] >= spent["numbers"] > 0 and spent["strings"] > 0
+
+
+def test_fit_exponent_recovers_a_power_law():
+    x = [1e3, 2e3, 4e3, 8e3]
+    fit = fit_exponent(x, [2e-6 * v**1.5 for v in x])
+    assert fit is not None and abs(fit["exponent"] - 1.5) < 1e-9
+    assert fit_exponent([1.0], [1.0]) is None
