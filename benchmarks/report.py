@@ -100,7 +100,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     from .__main__ import series
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))
     styles = {
         "batch": ("vecsched.estimate (batch)", "o-", "C0"),
         "floor": ("one-pass floor", "s--", "C2"),
@@ -132,7 +132,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_ylabel("seconds for every waiting request")
         ax.set_title(f"over {kind} ({fixed})")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
     m = results.get("machine", {})
     fig.suptitle(f"vecsched benchmarks ({results['mode']} mode, {m.get('cpu', '?')}, {m.get('cpus', '?')} CPUs)",
                  fontsize=10)
