@@ -588,10 +588,6 @@ def test_horde_wide_figures_per_gentype_and_queue_order(figures: Figures) -> Non
 
 def test_bridge_version_is_its_leading_integer(figures: Figures, request: pytest.FixtureRequest) -> None:
     # Decision: capabilities by "the leading integer of its version" ("9.1.0" -> 9).
-    if figures.impl == "vectorized":  # type: ignore[attr-defined]
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="disputed: _rules reads '5-beta' as version 0 (reported)")
-        )
     doc = horde(
         workers=[image_worker("beta", bridge_agent="AI Horde Worker reGen:5-beta:x")],
         requests=[image_request("mine", extra_source_images=True)],

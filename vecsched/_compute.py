@@ -226,7 +226,8 @@ def _horde_wide(
     return {
         "queued_requests": int(len(mine)),
         "queued_jobs": int(rq.n[mine].sum()),
-        "queued_work": int(work[mine].sum()),
+        # Work in the document's units: tokens, or megapixel-steps for image.
+        "queued_work": int(work[mine].sum()) if gentype == TEXT else float(work[mine].sum()) / 1e6,
         "online_workers": n_online,
         "online_threads": threads,
         "mean_speed": None if not n_online else mean_speed,

@@ -169,8 +169,14 @@ def eligibility(
     # -- sums over eligible workers, per group ------------------------------------------
     w_speed_threads = wk.speed[worker_rows] * wk.threads[worker_rows]
     w_values = np.stack([np.ones(nw), wk.threads[worker_rows].astype(np.float64), w_speed_threads], axis=1)
-    sums_other = _group_sums(overlap, w_set, w_flags, w_values, passes_base, g_set, g_flags)
-    sums_fast = sums_other if not text else _group_sums(overlap, w_set, w_flags, w_values, fast_base, g_set, g_flags)
+    # Distinct models of each request set (repeats inside a request's list removed).
+    set_models = _distinct_models(rq.models.take(r_set_first))
+    sums_other = _group_sums(overlap, w_set, w_flags, w_values, passes_base, g_set, g_flags, set_models, vocabulary_size)
+    sums_fast = (
+        sums_other
+        if not text
+        else _group_sums(overlap, w_set, w_flags, w_values, fast_base, g_set, g_flags, set_models, vocabulary_size)
+    )
     # A chat request keeps to fast workers unless none passes its other gates.
     g_fast = ~flags_chat[g_flags] | (sums_fast[:, 0] > 0)
     group_sums = np.where(g_fast[:, None], sums_fast, sums_other)
@@ -318,11 +324,17 @@ def _group_sums(
     passes: np.ndarray,
     g_set: np.ndarray,
     g_flags: np.ndarray,
+    set_models: ListColumn,
+    n_models: int,
 ) -> np.ndarray:
     """Per group, the sums of ``w_values`` over workers passing both the model and flag gates.
 
-    First per (worker set, request flags) over the worker declarations, then per
-    group over the worker sets its request set overlaps.
+    Sums are first formed per (worker set, request flags) over the worker
+    declarations. A group naming no model then takes the total over worker
+    sets; a group naming one model takes that model's total (the worker sets
+    holding it), read from one product with the (model x worker set)
+    incidence; only groups naming several models sum their overlap rows.
+    ``set_models`` lists the models of each request set (in ``g_set`` codes).
     """
     n_group, k = len(g_set), w_values.shape[1]
     out = np.zeros((n_group, k))
@@ -333,19 +345,61 @@ def _group_sums(
     decl_values = np.zeros((len(decl_first), k))
     _add_rows(decl_values, decl, w_values)
     d_set, d_flags = w_set[decl_first], w_flags[decl_first]
-    # Only the request flags some group uses are needed.
+
+    size = set_models.lengths[g_set]
+    single_model = np.where(size == 1, set_models.values[set_models.offsets[:-1][g_set].clip(max=max(len(set_models.values) - 1, 0))] if len(set_models.values) else 0, -1)
+    models_used, model_col = np.unique(single_model[size == 1], return_inverse=True)
+    # incidence[m, s]: worker set s holds model models_used[m] (a request naming only m overlaps s).
+    incidence = overlap[_single_model_sets(set_models, models_used)] if len(models_used) else np.zeros((0, n_wsets), bool)
+    group_model = np.full(n_group, -1, dtype=np.int64)
+    group_model[size == 1] = model_col.ravel()
+
     used_flags, g_flag_col = np.unique(g_flags, return_inverse=True)
-    by_set = np.zeros((n_wsets, k, len(used_flags)))
-    passing = passes[np.ix_(used_flags, d_flags)].T.astype(np.float64)  # (declarations, used flags)
-    for j in range(k):
-        _add_rows(by_set[:, j, :], d_set, passing * decl_values[:, j : j + 1])
-    # sum over overlapping worker sets, a block of groups at a time.
+    g_flag_col = g_flag_col.ravel()
     step = max(1, BLOCK_ELEMENTS // max(n_wsets * k, 1))
-    for a in range(0, n_group, step):
-        idx = np.arange(a, min(a + step, n_group))
-        chosen = by_set[:, :, g_flag_col.ravel()[idx]]  # (worker sets, k, groups)
-        out[idx] = np.einsum("gw,wkg->gk", overlap[g_set[idx]].astype(np.float64), chosen, optimize=False)
+    for a in range(0, len(used_flags), step):
+        flags = used_flags[a : a + step]
+        # per_set[s, j, f]: sum of value j over declarations of worker set s passing flags f.
+        passing = passes[np.ix_(flags, d_flags)].T.astype(np.float64)
+        per_set = np.zeros((n_wsets, k, len(flags)))
+        for j in range(k):
+            _add_rows(per_set[:, j, :], d_set, passing * decl_values[:, j : j + 1])
+        mine = np.flatnonzero((g_flag_col >= a) & (g_flag_col < a + len(flags)))
+        col = g_flag_col[mine] - a
+        any_model = size[mine] == 0
+        out[mine[any_model]] = per_set.sum(axis=0)[:, col[any_model]].T
+        one = group_model[mine] >= 0
+        if one.any():
+            per_model = (incidence.astype(np.float64) @ per_set.reshape(n_wsets, -1)).reshape(len(models_used), k, len(flags))
+            out[mine[one]] = per_model[group_model[mine[one]], :, col[one]]
+        several = np.flatnonzero(size[mine] > 1)
+        inner = max(1, BLOCK_ELEMENTS // max(n_wsets * k, 1))
+        for b in range(0, len(several), inner):
+            rows = mine[several[b : b + inner]]
+            chosen = per_set[:, :, g_flag_col[rows] - a]  # (worker sets, k, groups)
+            out[rows] = np.einsum("gw,wkg->gk", overlap[g_set[rows]].astype(np.float64), chosen)
     return out
+
+
+def _single_model_sets(set_models: ListColumn, models: np.ndarray) -> np.ndarray:
+    """For each model, a request set (row of ``set_models``) that names exactly that model."""
+    sizes = set_models.lengths
+    rows = np.flatnonzero(sizes == 1)
+    only = set_models.values[set_models.offsets[:-1][rows]]
+    order = np.argsort(only, kind="stable")
+    return rows[order][np.searchsorted(only[order], models)]
+
+
+def _distinct_models(lists: ListColumn) -> ListColumn:
+    """Each list without repeats (sorted)."""
+    owners = lists.owners()
+    values = lists.values.astype(np.int64)
+    order = np.lexsort((values, owners))
+    owners, values = owners[order], values[order]
+    keep = np.r_[True, (owners[1:] != owners[:-1]) | (values[1:] != values[:-1])] if len(values) else np.zeros(0, bool)
+    owners, values = owners[keep], values[keep]
+    offsets = np.r_[0, np.cumsum(np.bincount(owners, minlength=len(lists)))].astype(np.int64)
+    return ListColumn(offsets, values)
 
 
 def _add_rows(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:

@@ -69,8 +69,8 @@ def bridge_capabilities(name: str, version: int) -> int:
 def parse_bridge_agents(agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Split ``name:version:url`` into (name, major version number; 0 if it has none).
 
-    Bridges report versions such as ``9`` or ``9.1.0``; capabilities are
-    granted by the leading whole number.
+    Bridges report versions such as ``9``, ``9.1.0`` or ``5-beta``;
+    capabilities are granted by the leading whole number.
     """
     if len(agents) == 0:
         return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
@@ -78,7 +78,7 @@ def parse_bridge_agents(agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if parts.shape[1] < 2:
         parts[1] = None
     names = parts[0].fillna("").to_numpy(dtype=object)
-    major = parts[1].astype(object).str.extract(r"^(\d{1,9})(?:\.|$)", expand=False)
+    major = parts[1].astype(object).str.extract(r"^(\d{1,9})", expand=False)
     versions = pd.to_numeric(major, errors="coerce").fillna(0).astype(np.int64).to_numpy()
     return names, versions
 
