@@ -86,23 +86,39 @@ def _add_sorted(out: np.ndarray, owners: np.ndarray, keys: np.ndarray) -> None:
 def overlap_matrix(left: ListColumn, right: ListColumn, vocabulary_size: int) -> np.ndarray:
     """``out[a, b]``: list ``a`` of ``left`` shares at least one value with list ``b`` of ``right``.
 
-    Built from the pairs that share a value (a join on the value), so its cost
-    follows the number of overlapping pairs, not ``len(left) * len(right) * vocabulary``.
+    Two ways, whichever costs less: a join on the shared values (cost: the
+    number of overlapping pairs), or a float32 product of the two incidence
+    matrices restricted to values both sides use (cost: rows x columns x
+    values). Counts stay exact in float32 (below 2**24).
     """
     out = np.zeros((len(left), len(right)), dtype=bool)
     if len(left.values) == 0 or len(right.values) == 0:
         return out
-    lv = left.values.astype(np.int64)
+    lv, rv = left.values.astype(np.int64), right.values.astype(np.int64)
+    l_count = np.bincount(lv, minlength=vocabulary_size)
+    r_count = np.bincount(rv, minlength=vocabulary_size)
+    join_cost = float(np.dot(l_count.astype(np.float64), r_count))
+    shared = np.flatnonzero((l_count > 0) & (r_count > 0))
+    product_cost = float(len(left)) * len(right) * len(shared) / 16
+    if product_cost < join_cost:
+        column = np.full(vocabulary_size, -1, dtype=np.int64)
+        column[shared] = np.arange(len(shared))
+        incidence = []
+        for lists, values in ((left, lv), (right, rv)):
+            m = np.zeros((len(lists), len(shared)), dtype=np.float32)
+            keep = column[values] >= 0
+            m[lists.owners()[keep], column[values[keep]]] = 1.0
+            incidence.append(m)
+        step = max(1, (1 << 24) // max(len(right), 1))
+        for a in range(0, len(left), step):
+            out[a : a + step] = (incidence[0][a : a + step] @ incidence[1].T) > 0
+        return out
     lo = left.owners()
-    rv = right.values.astype(np.int64)
     ro = right.owners()
     r_order = np.argsort(rv, kind="stable")
     rv, ro = rv[r_order], ro[r_order]
     r_start = np.searchsorted(rv, np.arange(vocabulary_size + 1))
     partners = r_start[lv + 1] - r_start[lv]
-    total = int(partners.sum())
-    if total == 0:
-        return out
     # Chunk the join so its temporary arrays stay bounded.
     chunk = 1 << 24
     cum = np.cumsum(partners)
