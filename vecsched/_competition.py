@@ -91,6 +91,11 @@ def competition(
 
     n_classes = len(class_takeable)
     class_size = np.bincount(competition_class, minlength=n_classes)
+    class_last = np.zeros(n_classes, dtype=np.int64)
+    np.maximum.at(class_last, competition_class, at)
+    sig_first_rank = np.full(n_signatures, n, dtype=np.int64)
+    present = sig_size > 0
+    sig_first_rank[present] = rank[by_sig][sig_start[:-1][present]]
     # Members grouped by class, in queue order within a class.
     by_class = np.lexsort((at, competition_class))
     class_start = np.r_[0, np.cumsum(class_size)]
@@ -105,6 +110,9 @@ def competition(
         walk = takes ^ complement[:, None]  # the signatures whose requests are summed
         pair_class, pair_sig = np.nonzero(walk)
         pair_class = classes[pair_class]
+        # A signature whose first request comes after a class's last member adds nothing.
+        useful = sig_first_rank[pair_sig] < class_last[pair_class]
+        pair_class, pair_sig = pair_class[useful], pair_sig[useful]
         small = sig_size[pair_sig] <= class_size[pair_class]
         block_members = by_class[class_start[classes[0]] : class_start[classes[-1] + 1]]
         sums = np.zeros((3, len(block_members)), dtype=np.int64)
