@@ -13,8 +13,11 @@ Where this schema differs from the horde's, and why:
 - ``processing_gens`` carries ``state`` (processing, finished, faulted) as a
   string, as the snapshot does, instead of the horde's several flags.
 
-The loader runs one SELECT per table and turns the rows straight into column
-arrays; no ORM object is made per row. It loads values as they are and lets
+The loader runs one query per table and turns the result straight into column
+arrays; no ORM object is made per row. On PostgreSQL (psycopg 3) each table is
+read as one row of binary arrays that NumPy parses, a few times faster than
+rows of Python objects; SQLite reads rows. Both paths share the judging of
+values, so they load the same snapshot. It loads values as they are and lets
 :meth:`Snapshot.from_columns` judge them, so a bad row (negative threads, an
 unknown gentype string, a NULL in a required column) becomes a
 :class:`~vecsched.RowError` and is left out instead of failing the load.
@@ -165,13 +168,46 @@ def _epoch(engine_or_conn: Engine | Connection, column: sa.ColumnElement[Any]) -
 
 
 # -- loading --------------------------------------------------------------------------
+#
+# Two ways to read rows, one way to judge them. A fetcher returns, per column,
+# a ``_Raw`` (values in the column kind's base dtype plus a NULL mask): the
+# generic fetcher from rows of any SQLAlchemy dialect, the PostgreSQL one from
+# one row of binary arrays per table (see _PgFetch). :func:`_judge` then fills
+# defaults, rejects bad rows and types the columns, so both give the same
+# snapshot and the same RowErrors.
 
 
-def load_horde(conn: Engine | Connection, now: float) -> Snapshot:
+class _Raw:
+    """One fetched column: ``values`` in the kind's base dtype, ``null`` where SQL NULL.
+
+    Base dtypes: object (str, enum), bool, float64 (int, float, time; an int
+    goes through float64 so an out-of-range value is rejected by the range
+    rules instead of wrapping around).
+    """
+
+    __slots__ = ("values", "null")
+
+    def __init__(self, values: np.ndarray, null: np.ndarray):
+        self.values = values
+        self.null = null
+
+
+class _Fallback(Exception):
+    """The fast path met a column type it does not parse; read generically instead."""
+
+
+def _fast_path(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
+def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> Snapshot:
     """Read the horde from SQL into a :class:`Snapshot` taken at ``now``.
 
-    One SELECT per table, rows turned straight into column arrays. Bad rows
-    are left out and described in :attr:`Snapshot.rejected`.
+    One query per table. Bad rows are left out and described in
+    :attr:`Snapshot.rejected`. On PostgreSQL through psycopg each table comes
+    back as one row of binary arrays that NumPy parses without a Python object
+    per value; elsewhere (SQLite) rows are read and turned into column arrays.
+    Both give the same snapshot.
 
     Parameters
     ----------
@@ -179,6 +215,9 @@ def load_horde(conn: Engine | Connection, now: float) -> Snapshot:
         Where the horde tables live (SQLite or PostgreSQL).
     now : float
         The snapshot instant, epoch seconds.
+    fast : bool, default True
+        Use the PostgreSQL fast path when the database allows it; ``False``
+        forces the generic path (for comparisons).
 
     Returns
     -------
@@ -198,74 +237,67 @@ def load_horde(conn: Engine | Connection, now: float) -> Snapshot:
             if c.dialect.name == "postgresql":
                 c = c.execution_options(isolation_level="REPEATABLE READ")
             with c.begin():
-                return load_horde(c, now)
+                return load_horde(c, now, fast=fast)
+    if fast and _fast_path(conn):
+        try:
+            return _load(conn, now, _PgFetch(conn))
+        except _Fallback:
+            pass  # same transaction, so the generic read sees the same rows
+    return _load(conn, now, _GenericFetch(conn))
+
+
+def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
     errors: list[RowError] = []
     tables: dict[str, dict[str, Any]] = {}
     for name, (table, renames) in _MAIN.items():
-        tables[name] = _load_main(conn, name, table, renames, errors)
+        spec = [c for c in TABLES[name] if c.kind != "str_list"]
+        tables[name] = _judge(name, spec, fetch.main(table, renames, spec), errors)
     w_ids = tables["workers"]["id"]
     r_ids = tables["requests"]["id"]
-    tables["workers"]["models"] = _load_list(conn, worker_models, "worker_id", "model", w_ids)
-    tables["requests"]["models"] = _load_list(conn, wp_models, "wp_id", "model", r_ids)
-    tables["requests"]["worker_ids"] = _load_list(conn, wp_allowed_workers, "wp_id", "worker_id", r_ids)
-    pairs = conn.execute(sa.select(excluded_pairs.c.worker_id, excluded_pairs.c.wp_id)).all()
-    pair_cols = {
-        "worker_id": [p[0] for p in pairs],
-        "request_id": [p[1] for p in pairs],
-    }
+    tables["workers"]["models"] = _list_column(*fetch.link(worker_models, "worker_id", "model"), w_ids)
+    tables["requests"]["models"] = _list_column(*fetch.link(wp_models, "wp_id", "model"), r_ids)
+    tables["requests"]["worker_ids"] = _list_column(
+        *fetch.link(wp_allowed_workers, "wp_id", "worker_id"), r_ids
+    )
+    pair_w, pair_r = fetch.pairs()
     return Snapshot.from_columns(
         now,
         tables["workers"],
         tables["requests"],
         tables["jobs"],
-        pair_cols,
+        {"worker_id": pair_w, "request_id": pair_r},
         rejected=errors,
     )
 
 
-def _load_main(
-    conn: Connection,
-    name: str,
-    table: sa.Table,
-    renames: dict[str, str],
-    errors: list[RowError],
-) -> dict[str, Any]:
-    spec = [c for c in TABLES[name] if c.kind != "str_list"]
-    selected = []
-    for col in spec:
-        sql_col = table.c[renames.get(col.name, col.name)]
-        selected.append(_epoch(conn, sql_col) if col.kind == "time" else sql_col)
-    rows = conn.execute(sa.select(*selected).order_by(table.c.id)).all()
-    n = len(rows)
-    raw = list(zip(*rows)) if n else [() for _ in spec]
+def _judge(name: str, spec: list[Column], raw: list[_Raw], errors: list[RowError]) -> dict[str, Any]:
+    """Fill defaults, reject bad rows and type the columns of one table."""
+    n = len(raw[0].values)
     bad = np.zeros(n, dtype=bool)
-    ids = raw[0]
+    ids = raw[0].values
 
-    def reject(positions: Iterable[int], field: str, message: str) -> None:
-        for k in positions:
+    def reject(positions: np.ndarray, field: str, message: str) -> None:
+        for k in positions.tolist():
             if not bad[k]:
                 rid = ids[k] if isinstance(ids[k], str) else None
                 errors.append(RowError(name, int(k), rid, field, message))
                 bad[k] = True
 
     out: dict[str, Any] = {}
-    for col, values in zip(spec, raw):
-        values = list(values)
-        # ``None in`` runs in C; most columns have no NULL and skip the scan.
-        nulls = [k for k, v in enumerate(values) if v is None] if None in values else []
-        if nulls and not (col.kind == "float" and col.nullable):
+    for col, r in zip(spec, raw):
+        values = r.values
+        # A nullable float keeps NaN for NULL (speed: no samples).
+        if r.null.any() and not (col.kind == "float" and col.nullable):
+            nulls = np.flatnonzero(r.null)
+            values = values.copy()
             if col.default is REQUIRED:
                 reject(nulls, col.name, "is required (NULL in the database)")
                 fill: Any = {"str": "", "enum": col.choices[0] if col.choices else ""}.get(col.kind, 0)
-                for k in nulls:
-                    values[k] = fill
+                values[nulls] = fill
             elif isinstance(col.default, str) and col.default.startswith("="):
-                source = out[col.default[1:]]
-                for k in nulls:
-                    values[k] = source[k]
+                values[nulls] = out[col.default[1:]][nulls]
             else:
-                for k in nulls:
-                    values[k] = col.default
+                values[nulls] = col.default
         out[col.name] = _typed(col, values, reject)
     keep = ~bad
     result: dict[str, Any] = {k: v[keep] for k, v in out.items()}
@@ -274,34 +306,76 @@ def _load_main(
     return result
 
 
-def _typed(col: Column, values: list[Any], reject: Callable[..., None]) -> np.ndarray:
-    n = len(values)
-    if col.kind in ("str",):
-        arr = np.empty(n, dtype=object)
-        arr[:] = values
-        return arr
+def _typed(col: Column, values: np.ndarray, reject: Callable[..., None]) -> np.ndarray:
     if col.kind == "enum":
-        index = {c: i for i, c in enumerate(col.choices)}
-        codes = np.fromiter((index.get(v, -1) for v in values), dtype=np.int64, count=n)
+        # Anything that is not one of the choices (a typo, a number) is -1.
+        codes = pd.Index(col.choices, dtype=object).get_indexer(pd.Index(values, dtype=object))
         unknown = np.flatnonzero(codes < 0)
-        reject(unknown.tolist(), col.name, f"must be one of {', '.join(col.choices)}")
+        reject(unknown, col.name, f"must be one of {', '.join(col.choices)}")
         codes[unknown] = 0
         return codes.astype(col.dtype)
-    if col.kind == "bool":
-        return np.asarray(values, dtype=bool) if n else np.zeros(0, dtype=bool)
     if col.kind == "int":
-        # Load as float64 first so an out-of-range value is rejected by the
-        # snapshot's range rules instead of wrapping around in int32.
-        arr = np.asarray(values, dtype=np.float64) if n else np.zeros(0)
+        arr = values
         if col.dtype == "int32":
             big = np.flatnonzero(np.abs(arr) >= 2**31)
-            reject(big.tolist(), col.name, "out of range")
-            arr[big] = 0
+            reject(big, col.name, "out of range")
+            if len(big):
+                arr = arr.copy()
+                arr[big] = 0
         return arr.astype(col.dtype)
-    if col.kind == "time" and any(isinstance(v, str) for v in values):
-        return _sqlite_epochs(values)
-    # float and time: None -> NaN (speed: no samples; time: rejected by the snapshot)
-    return np.asarray(values, dtype=np.float64) if n else np.zeros(0)
+    return values
+
+
+# -- the generic fetcher (any dialect) ------------------------------------------------
+
+
+class _GenericFetch:
+    """Rows through SQLAlchemy, one SELECT per table, turned into column arrays."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
+        selected = []
+        for col in spec:
+            sql_col = table.c[renames.get(col.name, col.name)]
+            selected.append(_epoch(self.conn, sql_col) if col.kind == "time" else sql_col)
+        rows = self.conn.execute(sa.select(*selected).order_by(table.c.id)).all()
+        raw = list(zip(*rows)) if rows else [() for _ in spec]
+        return [_raw_from_list(col, list(values)) for col, values in zip(spec, raw)]
+
+    def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
+        rows = self.conn.execute(
+            sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position)
+        ).all()
+        if not rows:
+            return [], []
+        keys, vals = zip(*rows)
+        return list(keys), list(vals)
+
+    def pairs(self) -> tuple[list[Any], list[Any]]:
+        rows = self.conn.execute(sa.select(excluded_pairs.c.worker_id, excluded_pairs.c.wp_id)).all()
+        return [p[0] for p in rows], [p[1] for p in rows]
+
+
+def _raw_from_list(col: Column, values: list[Any]) -> _Raw:
+    n = len(values)
+    # ``None in`` runs in C; most columns have no NULL and skip the scan.
+    if None in values:
+        null = np.fromiter((v is None for v in values), dtype=bool, count=n)
+    else:
+        null = np.zeros(n, dtype=bool)
+    if col.kind in ("str", "enum"):
+        arr = np.empty(n, dtype=object)
+        arr[:] = values
+    elif col.kind == "bool":
+        arr = np.asarray(values, dtype=bool) if n else np.zeros(0, dtype=bool)
+    elif col.kind == "time" and any(isinstance(v, str) for v in values):
+        arr = _sqlite_epochs(values)
+    else:
+        # int, float, time (PostgreSQL epoch floats): None -> NaN.
+        arr = np.asarray(values, dtype=np.float64) if n else np.zeros(0)
+    return _Raw(arr, null)
 
 
 def _sqlite_epochs(values: list[Any]) -> np.ndarray:
@@ -317,29 +391,208 @@ def _sqlite_epochs(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _load_list(
-    conn: Connection, table: sa.Table, key: str, value: str, row_ids: np.ndarray
-) -> ListColumn:
-    """A list column from a link table, in ``position`` order; unknown keys ignored."""
-    rows = conn.execute(
-        sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position)
-    ).all()
+def _list_column(keys: list[Any], vals: list[Any], row_ids: np.ndarray) -> ListColumn:
+    """A list column from link rows in (key, position) order; unknown keys ignored."""
     n = len(row_ids)
-    if not rows:
+    if not keys:
         return ListColumn(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=object))
-    keys, vals = zip(*rows)
     owner = pd.Index(row_ids).get_indexer(pd.Index(keys, dtype=object))
     vals_arr = np.empty(len(vals), dtype=object)
     vals_arr[:] = vals
     known = owner >= 0
     owner, vals_arr = owner[known], vals_arr[known]
-    # The SELECT is ordered by key and position; a stable sort by row keeps
-    # the position order within each row.
+    # The rows are ordered by key and position; a stable sort by row keeps
+    # the position order within each row (and costs nothing when the key
+    # order already is the row order).
     order = np.argsort(owner, kind="stable")
     owner, vals_arr = owner[order], vals_arr[order]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])
     return ListColumn(offsets, vals_arr)
+
+
+# -- the PostgreSQL fast path ---------------------------------------------------------
+#
+# Measured at 2,000 workers x 50,000 requests, the generic path spends most of
+# its time making a Python object per value (tuples, floats, datetimes) and the
+# server most of its time in extract(epoch) and in sorting wide rows. Here each
+# table is one row of arrays, aggregated over an id-ordered subquery of the raw
+# columns (the planner walks the primary key index; no expression per value),
+# fetched in binary, and the arrays of fixed-width types are parsed straight
+# into NumPy. Text arrays go through psycopg's own C loader.
+
+# PostgreSQL epoch (2000-01-01) in Unix microseconds, and the +-infinity timestamps.
+_PG_EPOCH_US = 946_684_800_000_000
+_INT64 = np.iinfo(np.int64)
+
+# array type oid -> element dtype in the binary array format
+_PG_ARRAYS = {
+    1000: np.dtype("?"),  # bool[]
+    1005: np.dtype(">i2"),  # int2[]
+    1007: np.dtype(">i4"),  # int4[]
+    1016: np.dtype(">i8"),  # int8[]
+    1021: np.dtype(">f4"),  # float4[]
+    1022: np.dtype(">f8"),  # float8[]
+    1115: np.dtype(">i8"),  # timestamp[] (microseconds since 2000-01-01, read as UTC)
+    1185: np.dtype(">i8"),  # timestamptz[]
+}
+_PG_TIMES = {1115, 1185}
+
+
+class _PgArray:
+    """A parsed 1-D binary array: ``values`` (native dtype), ``null`` mask, element ``oid`` kind."""
+
+    __slots__ = ("values", "null", "time")
+
+    def __init__(self, values: np.ndarray, null: np.ndarray, time: bool):
+        self.values = values
+        self.null = null
+        self.time = time
+
+
+def _parse_pg_array(data: Any, oid: int) -> _PgArray:
+    """Parse PostgreSQL's binary array format for a fixed-width element type.
+
+    Layout: ndim, has-null flag, element oid (int32 each); per dimension its
+    length and lower bound; then per element an int32 byte length (-1 for
+    NULL) and the big-endian value.
+    """
+    dtype = _PG_ARRAYS[oid]
+    buf = memoryview(data).cast("B")
+    ndim, hasnull = np.frombuffer(buf, dtype=">i4", count=2)
+    native = dtype.newbyteorder("=")
+    if ndim == 0:
+        return _PgArray(np.zeros(0, dtype=native), np.zeros(0, dtype=bool), oid in _PG_TIMES)
+    if ndim != 1:
+        raise _Fallback(f"array of {ndim} dimensions")
+    n = int(np.frombuffer(buf, dtype=">i4", count=1, offset=12)[0])
+    start = 12 + 8 * ndim
+    if not hasnull:
+        # Every element is 4 length bytes and then the value: a fixed stride.
+        rec = np.dtype([("len", ">i4"), ("v", dtype)])
+        values = np.frombuffer(buf, dtype=rec, count=n, offset=start)["v"].astype(native)
+        return _PgArray(values, np.zeros(n, dtype=bool), oid in _PG_TIMES)
+    # With NULLs the stride varies; walk the lengths (rare: a column with gaps).
+    null = np.zeros(n, dtype=bool)
+    starts = np.zeros(n, dtype=np.int64)
+    lengths = np.frombuffer(buf, dtype=np.uint8)
+    pos = start
+    for k in range(n):
+        size = int.from_bytes(lengths[pos : pos + 4].tobytes(), "big", signed=True)
+        pos += 4
+        if size < 0:
+            null[k] = True
+        else:
+            starts[k] = pos
+            pos += size
+    idx = starts[~null, None] + np.arange(dtype.itemsize)
+    values = np.zeros(n, dtype=native)
+    values[~null] = lengths[idx].copy().view(dtype).ravel().astype(native)
+    return _PgArray(values, null, oid in _PG_TIMES)
+
+
+def _pg_epochs(us: np.ndarray) -> np.ndarray:
+    """Epoch seconds from PostgreSQL microseconds, equal to ``extract(epoch ...)::float8``.
+
+    Both round the exact quotient once: below 2**53 the integer microseconds
+    are exact in float64 and one IEEE division rounds correctly; beyond (past
+    the year 2255) Python's int division does the same, value by value.
+    """
+    out = np.empty(len(us), dtype=np.float64)
+    pos_inf, neg_inf = us == _INT64.max, us == _INT64.min
+    small = (np.abs(us) < 2**53 - _PG_EPOCH_US) & ~pos_inf & ~neg_inf
+    out[small] = (us[small] + _PG_EPOCH_US).astype(np.float64) / 1e6
+    for k in np.flatnonzero(~small & ~pos_inf & ~neg_inf).tolist():
+        out[k] = (int(us[k]) + _PG_EPOCH_US) / 1_000_000
+    out[pos_inf] = np.inf
+    out[neg_inf] = -np.inf
+    return out
+
+
+class _PgFetch(_GenericFetch):
+    """One row of binary arrays per table over psycopg 3, parsed by NumPy."""
+
+    def __init__(self, conn: Connection):
+        super().__init__(conn)
+        from psycopg.adapt import Loader
+        from psycopg.pq import Format
+
+        class ArrayLoader(Loader):
+            format = Format.BINARY
+
+            def load(self, data: Any) -> _PgArray:
+                return _parse_pg_array(data, self.oid)
+
+        self.raw = conn.connection.driver_connection
+        self.loader = ArrayLoader
+
+    def _row(self, stmt: sa.Select[Any]) -> tuple[Any, ...]:
+        sql = str(stmt.compile(dialect=self.conn.dialect))
+        # A cursor of our own: the loaders registered on it change nothing
+        # for other users of the connection.
+        with self.raw.cursor(binary=True) as cur:
+            for oid in _PG_ARRAYS:
+                cur.adapters.register_loader(oid, self.loader)
+            cur.execute(sql)
+            row = cur.fetchone()
+        assert row is not None  # an aggregate without GROUP BY returns one row
+        return tuple(row)
+
+    @staticmethod
+    def _ordered_aggregate(columns: list[sa.ColumnElement[Any]], order_by: list[Any]) -> sa.Select[Any]:
+        # Aggregates of one plain Agg node read the subquery's rows together,
+        # in the subquery's order, so the arrays line up row by row.
+        sub = sa.select(*columns).order_by(*order_by).subquery("s")
+        return sa.select(*(sa.func.array_agg(c) for c in sub.c))
+
+    def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
+        cols = [table.c[renames.get(col.name, col.name)].label(f"c{k}") for k, col in enumerate(spec)]
+        row = self._row(self._ordered_aggregate(cols, [table.c.id]))
+        return [self._raw(col, value) for col, value in zip(spec, row)]
+
+    @staticmethod
+    def _raw(col: Column, value: Any) -> _Raw:
+        if value is None:  # array_agg over no rows
+            value = []
+        if isinstance(value, _PgArray):
+            if col.kind == "time":
+                if not value.time:
+                    raise _Fallback(f"{col.name} is not a timestamp")
+                return _Raw(_pg_epochs(value.values), value.null)
+            if value.time or col.kind in ("str", "enum"):
+                raise _Fallback(f"{col.name} has an unexpected type")
+            if col.kind == "bool":
+                # Generic path: np.asarray(values, bool) of the loaded objects.
+                return _Raw(value.values.astype(bool), value.null)
+            arr = value.values.astype(np.float64)
+            if value.null.any():
+                arr[value.null] = np.nan
+            return _Raw(arr, value.null)
+        if col.kind == "time":
+            raise _Fallback(f"{col.name} is not a timestamp")
+        # Text (and any type without a NumPy parser): psycopg's loaders made
+        # the Python objects the generic path would see.
+        return _raw_from_list(col, list(value))
+
+    def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
+        row = self._row(
+            self._ordered_aggregate([table.c[key], table.c[value]], [table.c[key], table.c.position])
+        )
+        if row[0] is None:
+            return [], []
+        if isinstance(row[0], _PgArray) or isinstance(row[1], _PgArray):
+            raise _Fallback(f"{table.name} keys are not text")
+        return row[0], row[1]
+
+    def pairs(self) -> tuple[list[Any], list[Any]]:
+        row = self._row(
+            sa.select(sa.func.array_agg(excluded_pairs.c.worker_id), sa.func.array_agg(excluded_pairs.c.wp_id))
+        )
+        if row[0] is None:
+            return [], []
+        if isinstance(row[0], _PgArray) or isinstance(row[1], _PgArray):
+            raise _Fallback("excluded_pairs ids are not text")
+        return row[0], row[1]
 
 
 # -- import / export --------------------------------------------------------------------
