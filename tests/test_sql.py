@@ -147,3 +147,73 @@ def test_env_url_is_used(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("VECSCHED_DATABASE_URL")
     monkeypatch.setenv("VECSCHED_HOME", str(tmp_path))
     assert _sql.default_database_url() == f"sqlite:///{tmp_path / 'vecsched.sqlite'}"
+
+
+def _same_snapshot(a: vecsched.Snapshot, b: vecsched.Snapshot) -> None:
+    """Equal documents, equal RowErrors in order, and equal column arrays with equal dtypes."""
+    import numpy as np
+
+    assert a.rejected == b.rejected
+    assert a.to_dict() == b.to_dict()
+    assert a.model_names.tolist() == b.model_names.tolist()
+    for table in ("workers", "requests", "jobs"):
+        for name, x in getattr(a, table).columns.items():
+            y = getattr(b, table).columns[name]
+            if hasattr(x, "offsets"):
+                assert np.array_equal(x.offsets, y.offsets) and np.array_equal(x.values, y.values), name
+            else:
+                assert x.dtype == y.dtype, (table, name)
+                assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), (table, name)
+
+
+def test_fast_path_loads_what_the_generic_path_loads(pg_url: str, monkeypatch) -> None:
+    # The PostgreSQL fast path parses binary arrays itself; it must agree with
+    # the generic row path value for value, bad rows and their order included.
+    from datetime import timedelta
+
+    snap = horde(workers=80, requests=600, seed=11)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap, shift_to=NOW.timestamp())
+    _insert_bad_rows(engine)
+    # executemany takes its columns from the first row: give every row every key.
+    odd = dict(user_id="u", gentype="text", n=1, jobs=1, created=NOW, expiry=NOW, width=512,
+               extra_priority=0, active=True, steps=30)
+    with engine.begin() as conn:
+        # NULLs inside numeric arrays (the variable-stride parse), a NULL
+        # required time, microseconds, +infinity and far-off timestamps.
+        conn.execute(_sql.waiting_prompts.insert(), [
+            dict(odd, id="r-odd-1", width=None, extra_priority=2**53 + 1, active=None),
+            dict(odd, id="r-odd-2", created=None, steps=None),
+            dict(odd, id="r-odd-3", created=NOW + timedelta(microseconds=123457), expiry=NOW.replace(year=9999)),
+            dict(odd, id="r-odd-4", created=NOW.replace(year=1), n=None, jobs=None),
+        ])
+        conn.execute(sa.text("INSERT INTO waiting_prompts (id, user_id, gentype, n, created, expiry) "
+                             "VALUES ('r-odd-5', 'u', 'text', 1, '-infinity', 'infinity')"))
+        conn.execute(sa.text("UPDATE workers SET speed = NULL WHERE id LIKE '%1'"))
+    fast = _sql.load_horde(engine, NOW.timestamp())
+    generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
+    assert len(fast.requests) > 500 and len(fast.rejected) >= 11
+    assert {"r-odd-2", "r-odd-4", "r-odd-5", "w-neg-threads", "j2"} <= {e.id for e in fast.rejected}
+    _same_snapshot(fast, generic)
+
+    # Types the fast path has no NumPy parser for go through psycopg's
+    # loaders (numeric) or the other timestamp type, with the same result.
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE workers ALTER COLUMN speed TYPE numeric"))
+        conn.execute(sa.text("ALTER TABLE workers ALTER COLUMN threads TYPE integer"))
+        conn.execute(sa.text("ALTER TABLE processing_gens ALTER COLUMN started TYPE timestamp "
+                             "USING started AT TIME ZONE 'UTC'"))
+    # Fails if the fast path quietly fell back to the generic one.
+    monkeypatch.setattr(_sql._GenericFetch, "main", None)
+    fast = _sql.load_horde(engine, NOW.timestamp())
+    monkeypatch.undo()
+    _same_snapshot(fast, _sql.load_horde(engine, NOW.timestamp(), fast=False))
+
+
+def test_pg_epochs_round_once_like_postgresql() -> None:
+    import numpy as np
+
+    us = np.array([0, 123457, -1, 2**53, -(2**60), np.iinfo(np.int64).max, np.iinfo(np.int64).min])
+    got = _sql._pg_epochs(us)
+    want = [(int(u) + _sql._PG_EPOCH_US) / 1_000_000 for u in us[:5]] + [float("inf"), float("-inf")]
+    assert got.tolist() == want
