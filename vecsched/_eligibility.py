@@ -278,20 +278,44 @@ def eligibility(
     # present[g, c] = overlap[set of g, set of c] and some worker of class c passes g's flags.
     flags_by_class = _flags_by_class(w_class, w_flags, n_class, passes_base, fast_base)
     takeable = np.zeros((n_group + n_special, class_rows.shape[1]), dtype=np.uint64)
-    step = max(1, BLOCK_ELEMENTS // max(n_class, 1))
-    for start in range(0, n_group, step):
-        idx = np.arange(start, min(start + step, n_group))
-        variant = np.where(g_fast[idx], 1, 0)
-        present = overlap[g_set[idx]][:, c_set] & flags_by_class[variant, :, g_flags[idx]]
-        takeable[idx] = _or_class_rows(present, class_rows)
-    for sg_rows, classes in special_present:
-        present = np.zeros((len(sg_rows), n_class), dtype=bool)
-        if len(sg_rows):
-            order = np.unique(sg_rows)
-            at = np.searchsorted(order, sg_rows)
-            present = np.zeros((len(order), n_class), dtype=bool)
-            present[at, classes] = True
-            takeable[n_group + order] = _or_class_rows(present, class_rows)
+    if n_group and n_class:
+        # overlap(request set, class set) is an OR over the request's models, so a
+        # group's row is the OR over its models m of one row per (m, variant,
+        # flags) key: the classes holding m whose workers pass those flags.
+        # A group naming one model reads a single key; one naming none reads the
+        # key of "any model" (m = -1), which every class holds.
+        variant = g_fast.astype(np.int64)
+        sizes = set_models.lengths[g_set]
+        named = np.repeat(np.arange(n_group), sizes)
+        key_group = np.r_[named, np.flatnonzero(sizes == 0)]
+        key_model = np.r_[set_models.take(g_set).values, np.full(int((sizes == 0).sum()), -1)]
+        key_of_pair, key_first = factorize_rows(key_model, variant[key_group], g_flags[key_group])
+        k_model = key_model[key_first]
+        k_variant, k_flags = variant[key_group[key_first]], g_flags[key_group[key_first]]
+        # Classes holding each model (all classes for "any model").
+        class_models = _distinct_models(wk.models.take(worker_rows[class_first]))
+        by_model = np.argsort(class_models.values, kind="stable")
+        model_sorted = class_models.values[by_model]
+        class_of_value = class_models.owners()[by_model]
+        lo = np.searchsorted(model_sorted, k_model, side="left")
+        hi = np.searchsorted(model_sorted, k_model, side="right")
+        lo = np.where(k_model < 0, 0, lo)
+        hi = np.where(k_model < 0, n_class, hi)
+        counts = hi - lo
+        pair_key = np.repeat(np.arange(len(key_first)), counts)
+        within = np.arange(int(counts.sum())) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
+        start = np.repeat(lo, counts) + within
+        pair_class = start.copy()  # "any model" keys index classes directly
+        named_pair = ~np.repeat(k_model < 0, counts)
+        pair_class[named_pair] = class_of_value[start[named_pair]]
+        passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
+        key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
+        takeable[:n_group] = _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
+    if special_present and n_class:
+        sg_rows = np.concatenate([rows for rows, _ in special_present])
+        classes = np.concatenate([c for _, c in special_present])
+        pair = np.unique(sg_rows * n_class + classes)
+        takeable[n_group:] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
     result.takeable = takeable
     result.signature = signature
     result.n_signatures = n_sig
@@ -431,21 +455,20 @@ def _flags_by_class(
     return out
 
 
-def _or_class_rows(present: np.ndarray, class_rows: np.ndarray) -> np.ndarray:
-    """For each row of ``present`` (groups x classes), the OR of the present classes' rows."""
-    out = np.zeros((len(present), class_rows.shape[1]), dtype=np.uint64)
-    first, inverse = unique_rows(pack_words(present))
-    rows_with, classes = np.nonzero(present[first])
-    if len(rows_with) == 0:
+def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
+    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``."""
+    out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
+    if len(key) == 0:
         return out
-    distinct = np.zeros((len(first), class_rows.shape[1]), dtype=np.uint64)
-    starts = np.flatnonzero(np.r_[True, rows_with[1:] != rows_with[:-1]])
-    step = max(1, BLOCK_ELEMENTS // max(class_rows.shape[1], 1))
+    order = np.argsort(key, kind="stable")
+    key, source = key[order], source[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    step = max(1, BLOCK_ELEMENTS // max(rows.shape[1], 1))
     a = 0
     while a < len(starts):
         stop = max(int(np.searchsorted(starts, starts[a] + step, side="right")), a + 1)
         seg = starts[a:stop]
-        end = starts[stop] if stop < len(starts) else len(rows_with)
-        distinct[rows_with[seg]] = or_by_segments(class_rows[classes[seg[0] : end]], seg - seg[0])
+        end = starts[stop] if stop < len(starts) else len(key)
+        out[key[seg]] = or_by_segments(rows[source[seg[0] : end]], seg - seg[0])
         a = stop
-    return distinct[inverse]
+    return out
