@@ -97,8 +97,9 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     _c("created", "time"),
     _c("expiry", "time"),
     _c("extra_priority", "int", 0),
-    _c("n", "int", minimum=0, dtype="int32"),
-    _c("jobs", "int", "=n", minimum=0, dtype="int32"),
+    # Bounds keep one request's work (n * width * height * steps) below 2**53.
+    _c("n", "int", minimum=0, maximum=1000, dtype="int32"),
+    _c("jobs", "int", "=n", minimum=0, maximum=1000, dtype="int32"),
     _c("active", "bool", True),
     _c("faulted", "bool", False),
     _c("models", "str_list", ()),
@@ -108,14 +109,14 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     _c("worker_blacklist", "bool", False),
     _c("worker_ids", "str_list", (), maximum=5),
     # text
-    _c("max_length", "int", 80, minimum=0, dtype="int32"),
+    _c("max_length", "int", 80, minimum=0, maximum=1_000_000, dtype="int32"),
     _c("max_context_length", "int", 2048, minimum=0, dtype="int32"),
     _c("is_chat", "bool", False),
     _c("validated_backends", "bool", False),
     # image
-    _c("width", "int", 512, minimum=0),
-    _c("height", "int", 512, minimum=0),
-    _c("steps", "int", 30, minimum=0),
+    _c("width", "int", 512, minimum=0, maximum=16384),
+    _c("height", "int", 512, minimum=0, maximum=16384),
+    _c("steps", "int", 30, minimum=0, maximum=10000),
     _c("extra_slow_workers", "bool", False),
     _c("source_image", "bool", False),
     _c("loras", "bool", False),
@@ -186,6 +187,8 @@ def validate_columns(
 
     for col in spec:
         values = columns[col.name]
+        if col.kind == "enum":
+            reject((values < 0) | (values >= len(col.choices)), col.name, f"must be one of {', '.join(col.choices)}")
         if col.kind in ("int", "float"):
             if col.kind == "float":
                 finite = np.isfinite(values)
@@ -196,6 +199,11 @@ def validate_columns(
                 reject(present & (values < col.minimum), col.name, f"must be >= {col.minimum:g}")
             if col.maximum is not None:
                 reject(present & (values > col.maximum), col.name, f"must be <= {col.maximum:g}")
+            if col.kind == "int":
+                # Integers arrive 64-bit and are narrowed after this check, so a
+                # value the column's dtype cannot hold is an error, never a wrap.
+                limits = np.iinfo(np.dtype(col.dtype))
+                reject((values < limits.min) | (values > limits.max), col.name, f"must fit {col.dtype}")
         elif col.kind == "str_list" and col.maximum is not None:
             offsets = values.offsets
             reject(np.diff(offsets) > col.maximum, col.name, f"at most {int(col.maximum)} entries")

@@ -184,6 +184,9 @@ class Snapshot:
         for table, cols in typed.items():
             positions = cols.pop("__row__", None)
             keep = validate_columns(table, cols, errors, positions)
+            for col in TABLES[table]:
+                if col.kind in ("int", "enum"):
+                    cols[col.name] = cols[col.name].astype(col.dtype)
             tables[table] = Table(table, cols) if keep.all() else Table(table, cols).take(keep)
 
         pairs = dict(excluded_pairs or {})
@@ -419,7 +422,7 @@ def _parse_column(col: Column, raw: list[Any], reject: Any, done: dict[str, Any]
                 reject(k, col.name, "must be a list of strings")
                 lists.append([])
         return ListColumn.from_lists(lists)
-    values = np.empty(n, dtype=col.dtype)
+    values = np.empty(n, dtype=np.int64 if col.kind == "int" else col.dtype)
     if col.kind == "str":
         for k, v in enumerate(raw):
             if isinstance(v, str):
@@ -528,20 +531,19 @@ def _typed_columns(table: str, given: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, ListColumn):
                 value = ListColumn.from_lists(value)
             value = ListColumn(np.asarray(value.offsets, dtype=np.int64), _object_array(value.values))
-        elif col.kind == "enum" and len(value) and not np.issubdtype(np.asarray(value).dtype, np.integer):
-            index = {c: i for i, c in enumerate(col.choices)}
-            try:
-                value = np.fromiter((index[v] for v in value), dtype=col.dtype, count=len(value))
-            except KeyError as exc:
-                raise SnapshotError(f"{table}: column {col.name!r} has unknown value {exc.args[0]!r}") from None
+        elif col.kind == "enum":
+            value = np.asarray(value)
+            if len(value) and not np.issubdtype(value.dtype, np.integer):
+                # An unknown name becomes -1, which validation rejects for that row.
+                index = {c: i for i, c in enumerate(col.choices)}
+                value = np.fromiter((index.get(v, -1) for v in value.tolist()), dtype=np.int64, count=len(value))
+            value = value.astype(np.int64)
         elif col.kind in ("str",):
             value = _object_array(value)
+        elif col.kind == "int":
+            value = np.asarray(value).astype(np.int64)  # narrowed once validated
         else:
-            value = np.asarray(value)
-            if col.kind == "int" and value.dtype.kind == "f":
-                # Leave out-of-range/NaN checks to validate_columns via float view.
-                pass
-            value = value.astype(col.dtype, copy=False)
+            value = np.asarray(value).astype(col.dtype, copy=False)
         if len(value) != n:
             raise SnapshotError(f"{table}: column {col.name!r} has {len(value)} rows, expected {n}")
         out[col.name] = value
