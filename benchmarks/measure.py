@@ -112,6 +112,9 @@ def measure(
     result["waiting"] = waiting
     result["waiting_text"] = int((est.columns["gentype"] == 0).sum())
     result["groups"] = dict(est.groups)
+    # Kept apart from the counted runs, but reported: at the largest sizes it may be the only run that ends.
+    result["batch_cold_stages_s"] = dict(est.timings)
+    result["phase"] = "cold"
     _write(out, result)
     totals: list[float] = []
     stages: dict[str, list[float]] = {}
@@ -126,6 +129,8 @@ def measure(
         totals.append(perf_counter() - t)
         for name, seconds in est.timings.items():
             stages.setdefault(name, []).append(seconds)
+        result["batch_runs_so_far_s"] = totals
+        _write(out, result)
     result["batch"] = {
         "total_s": _median(totals),
         "total_runs_s": totals,
@@ -205,11 +210,11 @@ def measure(
 
     # -- the batch again, after the baselines -----------------------------------------
     after = []
-    for _ in range(max(1, repeats // 2)):
+    for _ in range(repeats // 2):
         t = perf_counter()
         vecsched.estimate(snap)
         after.append(perf_counter() - t)
-    result["batch"]["after_baselines_s"] = _median(after)
+    result["batch"]["after_baselines_s"] = _median(after) if after else None
     batch_s = _median(totals + after)
     result["batch"]["ratio_basis_s"] = batch_s
     if "per_request" in result:

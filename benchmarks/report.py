@@ -39,12 +39,21 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     add("2,000 x 50,000: batch / one-pass floor", f, "<= 20x", None if f is None else f <= 20)
     if stress:
         t = _get(stress, "batch", "total_s")
-        if t is None and "stopped" in stress:
+        if t is None and stress.get("batch_cold_s"):
+            add("20,000 x 1,000,000: whole estimate (cold run; the counted runs did not end)", stress["batch_cold_s"],
+                "<= 30 s", stress["batch_cold_s"] <= 30)
+        elif t is None and "stopped" in stress:
             add("20,000 x 1,000,000: whole estimate", stress["stopped"], "<= 30 s", False)
         else:
             add("20,000 x 1,000,000: whole estimate", t, "<= 30 s", None if t is None else t <= 30)
-        m = stress.get("peak_rss_bytes") or stress.get("sampled_peak_rss_bytes")
-        add("20,000 x 1,000,000: peak RSS (horde + estimate)", m, "<= 8 GiB", None if not m else m <= 8 * GiB)
+        m = stress.get("peak_rss_bytes")
+        if m is None and stress.get("sampled_peak_rss_bytes"):
+            # Stopped before its batch runs ended: the peak so far is a lower bound.
+            m = stress["sampled_peak_rss_bytes"]
+            add("20,000 x 1,000,000: peak RSS (horde + estimate)", f">= {m / GiB:.2f} GiB (stopped early)", "<= 8 GiB",
+                False if m > 8 * GiB else None)
+        else:
+            add("20,000 x 1,000,000: peak RSS (horde + estimate)", m, "<= 8 GiB", None if not m else m <= 8 * GiB)
     e = _get(results, "sweeps", "requests", "fits", "batch", "exponent")
     add("growth in waiting requests at fixed workers (fitted exponent)", e, "<= ~1.1 (roughly linear)",
         None if e is None else e <= 1.15)
@@ -59,7 +68,9 @@ def far_from_floor(results: dict[str, Any]) -> list[str]:
         stages = _get(r, "batch", "stages_s") or {}
         if not floor:
             if "stopped" in r:
-                notes.append(f"{name}: {r['stopped']}")
+                cold = r.get("batch_cold_stages_s") or {}
+                detail = ", ".join(f"{k} {v:.3g} s" for k, v in cold.items())
+                notes.append(f"{name}: {r['stopped']}" + (f"; its cold run took {r['batch_cold_s']:.3g} s ({detail})" if cold else ""))
             continue
         for stage in STAGES:
             if stage in stages and stages[stage] > FAR_FACTOR * floor:
@@ -208,7 +219,7 @@ def tables(results: dict[str, Any]) -> str:
         "|---|---|" + "---|" * (len(STAGES) + 8),
     ]
     for name, r in sizes.items():
-        st = _get(r, "batch", "stages_s") or {}
+        st = _get(r, "batch", "stages_s") or r.get("batch_cold_stages_s") or {}
         g = r.get("groups", {})
         lines.append(
             f"| {name} | {r['workers']:,} x {r['requests']:,} ({_s(r.get('waiting'))}) | "
@@ -229,7 +240,7 @@ def tables(results: dict[str, Any]) -> str:
         "",
         "### Side by side (same process, same snapshot)",
         "",
-        "| size | batch | one-pass floor | batch / floor | dense NumPy | dense / batch | per-request path: one request | x queue (scaled) | batch per request | speed-up per request | checks |",
+        "| size | batch (median of all runs) | one-pass floor | batch / floor | dense NumPy | dense / batch | per-request path: one request | x queue (scaled) | batch per request | speed-up per request | checks |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in sizes.items():
