@@ -39,6 +39,7 @@ from ._groups import (
     or_by_segments,
     overlap_matrix,
     pack_words,
+    set_codes,
     unique_rows,
     unpack_words,
 )
@@ -190,15 +191,21 @@ def eligibility(
     has_targets = rq.targets.lengths > 0
     special_rows = np.flatnonzero(has_targets | owns_maintenance | has_exclusion)
     if len(special_rows):
-        from ._groups import set_codes
-
+        # Requests alike in gates, targets, owner and excluded workers share one row:
+        # one worker's word list hitting many prompts must not make each its own group.
         target_set = set_codes(ListColumn(rq.targets.offsets, rq.targets.values + 1), len(wk.ids) + 1)
+        by_request = np.argsort(ex_requests, kind="stable")
+        excluded_lists = ListColumn(
+            np.r_[0, np.cumsum(np.bincount(ex_requests, minlength=n_req))].astype(np.int64),
+            ex_workers[by_request].astype(np.int64),
+        )
+        excluded_set = set_codes(excluded_lists, len(wk.ids))
         special_of, special_first = factorize_rows(
             group_of[special_rows],
             target_set[special_rows],
             rq.blacklist[special_rows] & has_targets[special_rows],
             np.where(owns_maintenance[special_rows], rq.user[special_rows], -1),
-            np.where(has_exclusion[special_rows], special_rows, -1),
+            excluded_set[special_rows],
         )
     else:
         special_of, special_first = np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -210,7 +217,7 @@ def eligibility(
     n_class = len(class_first)
 
     special_sums = np.zeros((n_special, 3))
-    special_present: list[tuple[np.ndarray, np.ndarray]] = []
+    special_present: list[np.ndarray] = []
     if n_special and nw:
         local = np.full(len(wk.ids), -1, dtype=np.int64)
         local[worker_rows] = np.arange(nw)
@@ -241,8 +248,9 @@ def eligibility(
             use_fast = ~chat | fast.any(axis=1)
             final = np.where(use_fast[:, None], fast, other)
             special_sums[sg] = final.astype(np.float64) @ w_values
-            rows, workers = np.nonzero(final)
-            special_present.append((sg[rows], w_class[workers]))
+            if with_competition:
+                rows, workers = np.nonzero(final)
+                special_present.append(np.unique(sg[rows] * n_class + w_class[workers]))
 
     row = group_of.copy()
     row[special_rows] = n_group + special_of
@@ -312,9 +320,7 @@ def eligibility(
         key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
         takeable[:n_group] = _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
     if special_present and n_class:
-        sg_rows = np.concatenate([rows for rows, _ in special_present])
-        classes = np.concatenate([c for _, c in special_present])
-        pair = np.unique(sg_rows * n_class + classes)
+        pair = np.concatenate(special_present)  # (special group, class), deduplicated per block
         takeable[n_group:] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
     result.takeable = takeable
     result.signature = signature
