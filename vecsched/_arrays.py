@@ -7,7 +7,8 @@ queue positions: everything per row that later stages compare in bulk.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -93,6 +94,7 @@ class RequestArrays:
 
 
 def worker_arrays(snapshot: Snapshot, user_codes: np.ndarray) -> WorkerArrays:
+    """Per-worker gate inputs of ``snapshot``; ``user_codes`` are the owners' codes."""
     w = snapshot.workers
     n = len(w)
     gentype = w.gentype
@@ -169,6 +171,10 @@ def worker_arrays(snapshot: Snapshot, user_codes: np.ndarray) -> WorkerArrays:
 
 
 def request_arrays(snapshot: Snapshot, user_codes: np.ndarray, worker_index: pd.Index) -> RequestArrays:
+    """Gate inputs of the waiting requests of ``snapshot`` (``user_codes`` for every request row).
+
+    Targeted worker ids become rows of ``worker_index`` (-1 for ids not in it).
+    """
     r = snapshot.requests
     waiting = r.active & ~r.faulted & (r.expiry > snapshot.now) & (r.n > 0)
     rows = np.flatnonzero(waiting)
@@ -252,13 +258,13 @@ def queue_positions(priority: np.ndarray, created: np.ndarray, ids: np.ndarray) 
     return position
 
 
-def take_rows(arrays, rows: np.ndarray):
-    """The same kind of arrays, restricted to ``rows``."""
-    from dataclasses import fields
+ArraysT = TypeVar("ArraysT", WorkerArrays, RequestArrays)
 
-    return type(arrays)(
-        **{
-            f.name: (v.take(rows) if isinstance(v := getattr(arrays, f.name), ListColumn) else v[rows])
-            for f in fields(type(arrays))
-        }
-    )
+
+def take_rows(arrays: ArraysT, rows: np.ndarray) -> ArraysT:
+    """The same kind of arrays, restricted to ``rows`` (indices or a mask)."""
+    values = {}
+    for f in fields(arrays):
+        value = getattr(arrays, f.name)
+        values[f.name] = value.take(rows) if isinstance(value, ListColumn) else value[rows]
+    return type(arrays)(**values)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import _rules as rules
-from ._arrays import RequestArrays, queue_positions, request_arrays, take_rows, worker_arrays
+from ._arrays import RequestArrays, WorkerArrays, queue_positions, request_arrays, take_rows, worker_arrays
 from ._columns import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from ._competition import competition
 from ._eligibility import eligibility
@@ -45,6 +45,7 @@ class _Stages:
 
 
 def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
+    """The figures of every waiting request of ``snapshot``; see :func:`vecsched.estimate`."""
     stages = _Stages()
     groups: dict[str, int] = {}
     with stages("prepare"):

@@ -137,7 +137,7 @@ def eligibility(
     overlap[r_set_codes == 0, :] = True  # a request naming no model takes any
 
     # -- flag combinations and the flag gates ------------------------------------------
-    w_flags, w_flags_first = _factorize(w_flag_cols, nw)
+    w_flags, w_flags_first = factorize_rows(*w_flag_cols)
     r_flags, r_flags_first = factorize_rows(*r_flag_cols)
     wf = [c[w_flags_first] for c in w_flag_cols]
     rf = [c[r_flags_first][:, None] for c in r_flag_cols]
@@ -213,7 +213,7 @@ def eligibility(
     representative = special_rows[special_first]
 
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
-    w_class, class_first = _factorize((w_set,) + tuple(w_kind_cols), nw)
+    w_class, class_first = factorize_rows(w_set, *w_kind_cols)
     n_class = len(class_first)
 
     special_sums = np.zeros((n_special, 3))
@@ -264,14 +264,14 @@ def eligibility(
         signature=None,
         n_groups=n_group,
         n_special=n_special,
-        n_declarations=len(_factorize((w_set, w_flags), nw)[1]),
+        n_declarations=len(factorize_rows(w_set, w_flags)[1]),
     )
     if not with_competition:
         return result
 
     # -- signatures, merged where every take class treats them alike ------------------
     r_kind, r_kind_first = factorize_rows(*r_kind_cols)
-    w_kind, w_kind_first = _factorize(w_kind_cols, nw)
+    w_kind, w_kind_first = factorize_rows(*w_kind_cols)
     kinds_ok = _kind_table(text, [c[r_kind_first] for c in r_kind_cols], [c[w_kind_first] for c in w_kind_cols])
     raw_sig, raw_sig_first = factorize_rows(r_set, r_kind)
     c_set, c_kind = w_set[class_first], w_kind[class_first]
@@ -328,12 +328,6 @@ def eligibility(
     return result
 
 
-def _factorize(columns: tuple[np.ndarray, ...], n: int) -> tuple[np.ndarray, np.ndarray]:
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return factorize_rows(*columns)
-
-
 def _kind_table(text: bool, request_kind: list[np.ndarray], worker_kind: list[np.ndarray]) -> np.ndarray:
     """``ok[request kind, worker kind]``: the worker's mode and limits accept the request's kind."""
     if text:
@@ -377,12 +371,14 @@ def _group_sums(
     d_set, d_flags = w_set[decl_first], w_flags[decl_first]
 
     size = set_models.lengths[g_set]
-    single_model = np.where(size == 1, set_models.values[set_models.offsets[:-1][g_set].clip(max=max(len(set_models.values) - 1, 0))] if len(set_models.values) else 0, -1)
-    models_used, model_col = np.unique(single_model[size == 1], return_inverse=True)
+    # The one model of each single-model request set, and a column per such model.
+    one_model = size == 1
+    only_model = set_models.values[set_models.offsets[:-1][g_set[one_model]]]
+    models_used, model_col = np.unique(only_model, return_inverse=True)
     # incidence[m, s]: worker set s holds model models_used[m] (a request naming only m overlaps s).
     incidence = overlap[_single_model_sets(set_models, models_used)] if len(models_used) else np.zeros((0, n_wsets), bool)
     group_model = np.full(n_group, -1, dtype=np.int64)
-    group_model[size == 1] = model_col.ravel()
+    group_model[one_model] = model_col.ravel()
 
     used_flags, g_flag_col = np.unique(g_flags, return_inverse=True)
     g_flag_col = g_flag_col.ravel()
@@ -403,9 +399,8 @@ def _group_sums(
             per_model = (incidence.astype(np.float64) @ per_set.reshape(n_wsets, -1)).reshape(len(models_used), k, len(flags))
             out[mine[one]] = per_model[group_model[mine[one]], :, col[one]]
         several = np.flatnonzero(size[mine] > 1)
-        inner = max(1, BLOCK_ELEMENTS // max(n_wsets * k, 1))
-        for b in range(0, len(several), inner):
-            rows = mine[several[b : b + inner]]
+        for b in range(0, len(several), step):
+            rows = mine[several[b : b + step]]
             chosen = per_set[:, :, g_flag_col[rows] - a]  # (worker sets, k, groups)
             out[rows] = np.einsum("gw,wkg->gk", overlap[g_set[rows]].astype(np.float64), chosen)
     return out

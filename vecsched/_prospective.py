@@ -7,7 +7,7 @@ arrays, and the waiting queue reduced to one representative per take
 signature (gentype, models, chat flag, lengths or size) with, per priority
 level, how many requests, jobs and how much work wait there.
 
-An answer runs the very same :func:`~vecsched._compute.eligibility` as the
+An answer runs the very same :func:`~vecsched._eligibility.eligibility` as the
 batch on [the prospective request + the representatives], so the eligible
 workers, threads and the set of takeable signatures are computed by one code
 path; the work ahead is the queued work of the takeable signatures at a
@@ -25,8 +25,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ._columns import GENTYPES, TEXT, RowError
-from ._arrays import RequestArrays, WorkerArrays, request_arrays, worker_arrays
+from ._columns import TEXT, RowError
+from ._arrays import RequestArrays, WorkerArrays, request_arrays, take_rows, worker_arrays
 from ._eligibility import eligibility
 from ._estimates import Estimates
 from ._groups import factorize_rows, set_codes, unpack_words
@@ -49,12 +49,14 @@ class ProspectiveState:
         self.queue = _unpack(RequestArrays, arrays, "q_")
 
     def to_bytes(self) -> bytes:
+        """The state as ``.npz`` bytes (no pickled objects), as a cycle publishes it."""
         buffer = io.BytesIO()
         np.savez(buffer, **self.arrays)
         return buffer.getvalue()
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> "ProspectiveState":
+        """Parse published bytes; a state of another format version is refused."""
         with np.load(io.BytesIO(blob), allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
         if int(arrays["version"][()]) != STATE_VERSION:
@@ -84,7 +86,7 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     users, user_codes = _user_codes(w.user_id, r.user_id)
     wk = worker_arrays(snapshot, user_codes[: len(w)])
     usable = np.flatnonzero(wk.usable)
-    wk = _take(wk, usable)
+    wk = take_rows(wk, usable)
     rq = request_arrays(snapshot, user_codes[len(w) :], pd.Index(w.id))
 
     # One representative per raw take signature, with per-priority totals.
@@ -111,7 +113,7 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     representative = np.full(int(sig.max()) + 1 if len(sig) else 0, -1, dtype=np.int64)
     representative[sig[::-1]] = np.arange(len(sig) - 1, -1, -1)
     reps = representative[sig_sorted[starts]] if len(starts) else np.zeros(0, np.int64)
-    queue = _take(rq, reps)
+    queue = take_rows(rq, reps)
     # Representatives stand for signatures only: their gates must not make them special.
     queue.targets = ListColumn(np.zeros(len(reps) + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     queue.user = np.full(len(reps), -1, dtype=np.int64)
@@ -166,7 +168,7 @@ def answer_prospective(
 
     gentype = int(mine.gentype[0])
     same = np.flatnonzero(st.queue.gentype == gentype)
-    combined = _concat(mine, _take(st.queue, same))
+    combined = _concat(mine, take_rows(st.queue, same))
     combined.model_set = set_codes(combined.models, vocabulary_size)
     elig = eligibility(
         st.workers,
@@ -204,16 +206,6 @@ def answer_prospective(
 def _user_codes(worker_users: np.ndarray, request_users: np.ndarray) -> tuple[list[str], np.ndarray]:
     codes, uniques = pd.factorize(np.concatenate([worker_users, request_users]).astype(object))
     return list(uniques), codes.astype(np.int64)
-
-
-def _take(arrays: Any, rows: np.ndarray) -> Any:
-    kind = type(arrays)
-    return kind(
-        **{
-            f.name: (getattr(arrays, f.name).take(rows) if isinstance(getattr(arrays, f.name), ListColumn) else getattr(arrays, f.name)[rows])
-            for f in fields(kind)
-        }
-    )
 
 
 def _concat(a: RequestArrays, b: RequestArrays) -> RequestArrays:
@@ -255,4 +247,4 @@ def _unpack(kind: type, arrays: dict[str, np.ndarray], prefix: str) -> Any:
     return kind(**values)
 
 
-__all__ = ["ProspectiveState", "answer_prospective", "build_prospective_state", "GENTYPES"]
+__all__ = ["ProspectiveState", "answer_prospective", "build_prospective_state"]
