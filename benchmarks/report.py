@@ -105,6 +105,7 @@ def series_of(sweep: dict[str, Any], key: str) -> list[float | None]:
 def plot(results: dict[str, Any], path: Path) -> None:
     """Time against queue size (left) and worker count (right), vecsched and the baselines, log-log."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -132,12 +133,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
                 ax.plot(*zip(*pts), style, color=color, label=label + tail)
         if kind == "requests":
             for name, r in results.get("sizes", {}).items():
-                if _get(r, "batch", "total_s") and r.get("waiting"):
-                    ax.plot([r["waiting"]], [r["batch"]["total_s"]], "*", color="k", ms=10)
-                    ax.annotate(f"{name} ({r['workers']:,} w)", (r["waiting"], r["batch"]["total_s"]),
-                                textcoords="offset points", xytext=(5, -12), fontsize=8)
+                t = _get(r, "batch", "total_s") or r.get("batch_cold_s")
+                if t and r.get("waiting"):
+                    cold = "" if _get(r, "batch", "total_s") else ", cold run"
+                    ax.plot([r["waiting"]], [t], "*", color="k", ms=10)
+                    ax.annotate(f"{name} ({r['workers']:,} w{cold})", (r["waiting"], t),
+                                textcoords="offset points", xytext=(-6, 6), ha="right", fontsize=8)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         fixed = ", ".join(f"{k} = {v:,}" for k, v in sweep["fixed"].items())
         ax.set_xlabel("waiting requests" if kind == "requests" else "workers")
         ax.set_ylabel("seconds for every waiting request")
