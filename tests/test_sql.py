@@ -217,3 +217,21 @@ def test_pg_epochs_round_once_like_postgresql() -> None:
     got = _sql._pg_epochs(us)
     want = [(int(u) + _sql._PG_EPOCH_US) / 1_000_000 for u in us[:5]] + [float("inf"), float("-inf")]
     assert got.tolist() == want
+
+
+def test_fast_path_falls_back_and_leaves_the_transaction_as_it_was(pg_url: str) -> None:
+    # A time column of a type the fast path does not parse (date) sends the
+    # load to the generic path, in the caller's transaction, whose settings
+    # come back unchanged.
+    snap = horde(workers=20, requests=100, seed=2)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE processing_gens ALTER COLUMN started TYPE date"))
+    with engine.connect() as conn, conn.begin():
+        conn.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 3")
+        fast = _sql.load_horde(conn, snap.now)
+        assert conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar() == "3"
+        generic = _sql.load_horde(conn, snap.now, fast=False)
+    assert len(fast.jobs) == len(snap.jobs) > 0
+    _same_snapshot(fast, generic)

@@ -241,8 +241,10 @@ def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> S
             with c.begin():
                 return load_horde(c, now, fast=fast)
     if fast and _fast_path(conn):
+        fetch = _PgFetch(conn)
         try:
-            return _load(conn, now, _PgFetch(conn))
+            with fetch.serial_plans():
+                return _load(conn, now, fetch)
         except _Fallback:
             pass  # same transaction, so the generic read sees the same rows
     return _load(conn, now, _GenericFetch(conn))
@@ -548,6 +550,34 @@ class _PgFetch(_GenericFetch):
 
         self.raw = conn.connection.driver_connection
         self.loader = ArrayLoader
+
+    @contextmanager
+    def serial_plans(self) -> Iterator[None]:
+        """No parallel plans in this transaction while the arrays are read.
+
+        The arrays keep the subquery's id order only if one process reads the
+        rows in that order; from PostgreSQL 16 on, array_agg may run as a
+        parallel aggregate, whose partial arrays are joined in whatever order
+        the workers finish. The previous setting is restored afterwards.
+        """
+        with self.raw.cursor() as cur:
+            before = cur.execute(
+                "SELECT current_setting('max_parallel_workers_per_gather'), "
+                "set_config('max_parallel_workers_per_gather', '0', true)"
+            ).fetchone()
+        assert before is not None
+
+        def restore() -> None:
+            with self.raw.cursor() as cur:
+                cur.execute("SELECT set_config('max_parallel_workers_per_gather', %s, true)", (before[0],))
+
+        try:
+            yield
+        except _Fallback:
+            restore()  # the generic read follows in this transaction
+            raise
+        # Not restored after a database error: that transaction is lost anyway.
+        restore()
 
     def _row(self, stmt: sa.Select[Any]) -> tuple[Any, ...]:
         sql = str(stmt.compile(dialect=self.conn.dialect))
