@@ -235,3 +235,24 @@ def test_fast_path_falls_back_and_leaves_the_transaction_as_it_was(pg_url: str) 
         generic = _sql.load_horde(conn, snap.now, fast=False)
     assert len(fast.jobs) == len(snap.jobs) > 0
     _same_snapshot(fast, generic)
+
+
+@pytest.mark.parametrize("oid,fmt", [(1000, "?"), (1005, "h"), (1007, "i"), (1016, "q"), (1021, "f"), (1022, "d")])
+@pytest.mark.parametrize("p_null", [0.0, 0.3, 1.0])
+def test_binary_array_parse_with_and_without_nulls(oid: int, fmt: str, p_null: float) -> None:
+    import struct
+
+    import numpy as np
+
+    rng = np.random.default_rng(oid)
+    n = 500
+    values = rng.integers(-100, 100, n)
+    null = rng.random(n) < p_null
+    width = struct.calcsize(fmt)
+    parts = [struct.pack(">iiiii", 1, int(null.any()), 0, n, 1)]  # ndim, has-null, oid, length, lbound
+    for v, z in zip(values.tolist(), null.tolist()):
+        x = v > 0 if fmt == "?" else (float(v) if fmt in "fd" else v)
+        parts.append(struct.pack(">i", -1) if z else struct.pack(">i" + fmt, width, x))
+    got = _sql._parse_pg_array(b"".join(parts), oid)
+    assert got.null.tolist() == null.tolist()
+    assert got.values.tolist() == np.where(null, 0, values > 0 if fmt == "?" else values).tolist()

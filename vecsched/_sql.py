@@ -497,23 +497,28 @@ def _parse_pg_array(data: Any, oid: int) -> _PgArray:
         rec = np.dtype([("len", ">i4"), ("v", dtype)])
         values = np.frombuffer(buf, dtype=rec, count=n, offset=start)["v"].astype(native)
         return _PgArray(values, np.zeros(n, dtype=bool), oid in _PG_TIMES)
-    # With NULLs the stride varies; walk the lengths (rare: a column with gaps).
-    null = np.zeros(n, dtype=bool)
-    starts = np.zeros(n, dtype=np.int64)
-    lengths = np.frombuffer(buf, dtype=np.uint8)
-    pos = start
+    # With NULLs the stride varies. A fixed-width value's length word is 0..8,
+    # a NULL's is -1, so one byte tells them apart; the walk only marks NULLs
+    # and the value offsets follow from a running count.
+    raw = bytes(buf)
+    marks = bytearray(n)
+    pos, step = start, 4 + dtype.itemsize
     for k in range(n):
-        size = int.from_bytes(lengths[pos : pos + 4].tobytes(), "big", signed=True)
-        pos += 4
-        if size < 0:
-            null[k] = True
+        if raw[pos] == 0xFF:
+            marks[k] = 1
+            pos += 4
         else:
-            starts[k] = pos
-            pos += size
-    idx = starts[~null, None] + np.arange(dtype.itemsize)
+            pos += step
+    if pos != len(raw):
+        raise _Fallback("array of unexpected element width")
+    null = np.frombuffer(marks, dtype=bool)
+    present = ~null
+    before = np.cumsum(present) - present  # values before each element
+    offsets = start + 4 * (np.arange(n) + 1) + dtype.itemsize * before
+    idx = offsets[present, None] + np.arange(dtype.itemsize)
     values = np.zeros(n, dtype=native)
-    values[~null] = lengths[idx].copy().view(dtype).ravel().astype(native)
-    return _PgArray(values, null, oid in _PG_TIMES)
+    values[present] = np.frombuffer(raw, dtype=np.uint8)[idx].copy().view(dtype).ravel()
+    return _PgArray(values, null.copy(), oid in _PG_TIMES)
 
 
 def _pg_epochs(us: np.ndarray) -> np.ndarray:
