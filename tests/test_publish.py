@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import sys
 import threading
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vecsched._publish import (
     Cycle,
@@ -156,3 +161,74 @@ def test_sql_store_on_postgresql(pg_url, make_estimates) -> None:
     assert decode_payload(store.read_status("b").value)["queue_position"] == 2
     assert store.read_prospective().value == b"state-2"
     store.close()
+
+
+def _interpreter_calls(fn) -> int:
+    """Python-level calls (and C calls made from Python code) while ``fn`` runs."""
+    count = 0
+
+    def profile(frame, event, arg) -> None:
+        nonlocal count
+        count += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_encoding_has_no_per_request_python_step(make_estimates) -> None:
+    """The encoder's work per request is NumPy's: ten times the requests, the same
+    number of interpreter calls (a per-request loop would add thousands)."""
+
+    def est(n: int):
+        rng = np.random.default_rng(n)
+        wait = rng.exponential(300.0, n)
+        wait[::7] = np.nan
+        return make_estimates(5.0, [f"r{k}" for k in range(n)], wait_time=wait, ahead_wait=wait / 3,
+                              queue_position=rng.integers(0, n, n), gentype=rng.integers(0, 2, n))
+
+    small, large = est(400), est(4000)
+    encode_payloads(small, 5.0)  # first-call imports and caches out of the count
+    grows = _interpreter_calls(lambda: encode_payloads(large, 5.0)) - _interpreter_calls(
+        lambda: encode_payloads(small, 5.0))
+    assert grows < 100, grows
+
+
+_ints = st.integers(min_value=-(10**12), max_value=10**12)
+_floats = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(min_value=-1e6, max_value=1e6),
+    st.sampled_from([0.0, -0.0, 0.0005, 0.0015, 2.675, 0.1, 1e15, 999999999999999.9, 1e16]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_vectorized_payloads_decode_to_the_rounded_figures(make_estimates, data) -> None:
+    """Whatever the numbers, each payload is valid JSON whose values are the request's
+    own figures (floats as np.round(x, 3); NaN and the infinities as null)."""
+    n = data.draw(st.integers(min_value=1, max_value=12))
+    ints = {name: data.draw(st.lists(_ints, min_size=n, max_size=n)) for name in
+            ("eligible_workers", "queue_position", "horde_queue_position", "waiting", "restarted")}
+    floats = {name: data.draw(st.lists(_floats, min_size=n, max_size=n)) for name in
+              ("wait_time", "ahead_wait", "horde_wait_time")}
+    cycle_time = data.draw(st.floats(min_value=0, max_value=4e9))
+    est = make_estimates(cycle_time, [f"id{k}" for k in range(n)], **ints, **floats)
+    ids, payloads = encode_payloads(est, cycle_time)
+    assert ids == [f"id{k}" for k in range(n)] and len(payloads) == n
+    for k, payload in enumerate(payloads):
+        got = decode_payload(payload)
+        assert got["cycle_time"] == cycle_time
+        for name, values in ints.items():
+            assert got[name] == values[k] and type(got[name]) is int, name
+        for name, values in floats.items():
+            x = values[k]
+            if not math.isfinite(x):
+                assert got[name] is None, (name, x, payload)
+            elif abs(x) < 1e15:
+                assert got[name] == float(np.round(x, 3)), (name, x, payload)
+            else:  # beyond the millisecond's reach in a double: the value itself
+                assert got[name] == pytest.approx(round(x, 3), rel=1e-15), (name, x, payload)

@@ -109,7 +109,23 @@ def parse_cycle_id(cycle_id: str | bytes) -> tuple[float, float, str]:
 def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[str]]:
     """Request ids and compact JSON payloads for every request of ``estimates``.
 
-    Floats are kept to the millisecond; unknown (NaN) is ``null``.
+    Floats are kept to the millisecond; unknown (NaN, and the infinities JSON
+    cannot carry) is ``null``. The payloads are built column-wise as one ASCII
+    byte matrix (see :func:`_ascii_rows`), so the cost per request is NumPy's,
+    not the interpreter's: 300,000 requests encode in a fraction of a second.
+
+    Parameters
+    ----------
+    estimates : Estimates
+        Anything with ``request_id`` (array of str) and ``columns`` (name ->
+        array, every :data:`PAYLOAD_FIELDS` entry after the first two).
+    cycle_time : float
+        Epoch seconds of the cycle, carried by every payload.
+
+    Returns
+    -------
+    ids, payloads : list of str
+        Aligned: ``payloads[k]`` is the JSON array of ``ids[k]``.
 
     Examples
     --------
@@ -127,17 +143,124 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
     True
     """
     cols = estimates.columns
-    n = len(estimates.request_id)
-    parts: list[list[str]] = [[str(PAYLOAD_VERSION)] * n, [repr(float(cycle_time))] * n]
+    # map() calls str from C: no interpreter step per request.
+    ids = list(map(str, np.asarray(estimates.request_id, dtype=object).tolist()))
+    n = len(ids)
+    if n == 0:
+        return ids, []
+    blocks: list[np.ndarray] = []
     for name in PAYLOAD_FIELDS[2:]:
         values = np.asarray(cols[name])
+        if len(values) != n:
+            raise ValueError(f"column {name!r} has {len(values)} values for {n} requests")
         if name in _FLOAT:
-            rounded = np.round(values.astype(np.float64), 3).tolist()
-            parts.append(["null" if math.isnan(v) else repr(v) for v in rounded])
+            blocks.append(_float_block(values.astype(np.float64)))
         else:
-            parts.append([str(v) for v in values.astype(np.int64).tolist()])
-    payloads = ["[" + ",".join(row) + "]" for row in zip(*parts)]
-    return [str(r) for r in estimates.request_id.tolist()], payloads
+            blocks.append(_int_block(values.astype(np.int64)))
+    head = f"[{PAYLOAD_VERSION},{float(cycle_time)!r},"
+    return ids, _ascii_rows(blocks, head, "]")
+
+
+# -- column-wise ASCII formatting ----------------------------------------------------------
+#
+# Each column becomes an (n, width) uint8 block of ASCII, right-aligned and padded
+# with NUL bytes. The blocks go side by side (with commas) into one matrix, a row
+# per request; dropping every NUL leaves the rows back to back, and one split makes
+# the strings. NUL never occurs in a formatted number, so padding cannot eat a digit.
+
+_TRIPLES = np.array([list(f"{k:03d}".encode()) for k in range(1000)], dtype=np.uint8)
+_FLOAT_EXACT_LIMIT = 1e15  # |x| * 1000 stays an exact int64 below this
+
+
+def _digits(magnitude: np.ndarray, negative: np.ndarray | None = None) -> np.ndarray:
+    """Decimal ASCII of non-negative int64 ``magnitude``, with '-' where ``negative``."""
+    n = len(magnitude)
+    top = int(magnitude.max())
+    chunks = max(1, -(-len(str(top)) // 3))
+    width = 3 * chunks
+    out = np.empty((n, width), dtype=np.uint8)
+    rest = magnitude
+    # Three digits per table lookup: integer division is the slow step, so do few.
+    for k in range(chunks):
+        if k < chunks - 1:
+            rest, low = np.divmod(rest, 1000)
+        else:
+            low = rest
+        np.take(_TRIPLES, low, axis=0, out=out[:, width - 3 * (k + 1) : width - 3 * k])
+    # Leading zeros become padding; the units digit always shows, so 0 prints "0".
+    threshold = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    threshold[-1] = 0
+    shown = magnitude[:, None] >= threshold
+    out *= shown
+    if negative is not None and negative.any():
+        out = np.hstack([np.zeros((n, 1), dtype=np.uint8), out])
+        rows = np.flatnonzero(negative)
+        # the sign goes just left of the first shown digit
+        out[rows, width - shown[rows].sum(axis=1)] = ord("-")
+    return out
+
+
+def _int_block(values: np.ndarray) -> np.ndarray:
+    negative = values < 0
+    return _digits(np.abs(values), negative)
+
+
+def _float_block(values: np.ndarray) -> np.ndarray:
+    """Floats rounded to 3 decimals, as ``int.frac`` with trailing zeros trimmed (``12.4``, ``0.0``)."""
+    n = len(values)
+    finite = np.isfinite(values)
+    exact = finite & (np.abs(np.where(finite, values, 0.0)) < _FLOAT_EXACT_LIMIT)
+    # rint(x * 1000) is what np.round(x, 3) rounds; m / 1000 parses back to the same double.
+    milli = np.rint(np.where(exact, values, 0.0) * 1000.0).astype(np.int64)
+    magnitude = np.abs(milli)
+    whole, frac = np.divmod(magnitude, 1000)
+    whole_ascii = _digits(whole, milli < 0)
+    body = np.empty((n, whole_ascii.shape[1] + 4), dtype=np.uint8)
+    body[:, :-4] = whole_ascii
+    body[:, -4] = ord(".")
+    np.take(_TRIPLES, frac, axis=0, out=body[:, -3:])
+    # trailing zeros of the fraction go, one digit always stays: 12.4, 0.0, 0.125
+    body[:, -1] *= body[:, -1] != ord("0")
+    body[:, -2] *= (body[:, -2] != ord("0")) | (body[:, -1] != 0)
+    if not exact.all():
+        width = max(body.shape[1], 4)
+        if width > body.shape[1]:
+            body = np.hstack([np.zeros((n, width - body.shape[1]), dtype=np.uint8), body])
+        # Unknown, or infinite (no JSON form): null, right-aligned like the numbers.
+        body[~finite] = 0
+        body[~finite, width - 4 :] = np.frombuffer(b"null", dtype=np.uint8)
+        odd = np.flatnonzero(finite & ~exact)
+        if len(odd):
+            # Beyond exact milliseconds (weeks of wait are far below): rare, done one by one.
+            # round(), not np.round(): x * 1000 would overflow near the top of the range
+            texts = [repr(round(v, 3)).encode("ascii") for v in values[odd].tolist()]
+            grow = max(map(len, texts)) - width
+            if grow > 0:
+                body = np.hstack([np.zeros((n, grow), dtype=np.uint8), body])
+                width += grow
+            body[odd] = 0
+            for row, text in zip(odd.tolist(), texts):
+                body[row, width - len(text) :] = np.frombuffer(text, dtype=np.uint8)
+    return body
+
+
+def _ascii_rows(blocks: list[np.ndarray], head: str, tail: str) -> list[str]:
+    """``head + ",".join(block row texts) + tail`` for every row, without a per-row step."""
+    n = len(blocks[0])
+    width = sum(b.shape[1] for b in blocks) + len(blocks)
+    matrix = np.empty((n, width), dtype=np.uint8)
+    at = 0
+    for block in blocks:
+        matrix[:, at : at + block.shape[1]] = block
+        at += block.shape[1]
+        matrix[:, at] = ord(",")
+        at += 1
+    matrix[:, -1] = ord("\n")  # the last comma: the row's end
+    flat = matrix.ravel()
+    text = flat[flat != 0].tobytes().decode("ascii")
+    # The constant head and tail go in with one C-level replace over the whole text.
+    text = head + text[:-1].replace("\n", tail + "\n" + head) + tail
+    return text.split("\n")
 
 
 def decode_payload(payload: str | bytes) -> dict[str, Any]:
