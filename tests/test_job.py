@@ -207,3 +207,22 @@ def test_run_shuts_down_cleanly_on_signal(tmp_path, sig) -> None:
             proc.kill()
         reader.join(timeout=10)
     assert any("job stopped" in line for line in lines)
+
+
+@pytest.mark.parametrize("backend", ["redis", "sql"])
+def test_superseded_cycle_reports_nothing_published(backend, small_horde, request, tmp_path, caplog) -> None:
+    """Another job process already published a newer cycle: this one switches nothing,
+    so it says published=0 and superseded (still ok, not an error)."""
+    url, snap = small_horde
+    store = (request.getfixturevalue("redis_store") if backend == "redis"
+             else SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}"))
+    newer = run_cycle(SQLLoader(url), store, lambda: snap.now + 10)
+    assert newer.ok and newer.published > 0 and not newer.superseded
+    with caplog.at_level(logging.INFO, logger="vecsched.job"):
+        older = run_cycle(SQLLoader(url), store, lambda: snap.now)
+    assert older.ok and older.error is None
+    assert older.published == 0 and older.superseded
+    line = [r for r in caplog.records if r.name == "vecsched.job"][-1]
+    assert line.levelno == logging.INFO
+    assert "superseded" in line.getMessage() and "published=0" in line.getMessage()
+    assert store.read_status(_a_waiting_id(snap)).time == snap.now + 10

@@ -36,17 +36,29 @@ class CycleReport:
     requests: int = 0
     jobs: int = 0
     published: int = 0
+    superseded: bool = False
     rejected: list[RowError] = field(default_factory=list)
     error: str | None = None
 
     def line(self) -> str:
-        """The one log line of the cycle."""
+        """The one log line of the cycle.
+
+        Examples
+        --------
+        >>> CycleReport(0.0, ok=True, superseded=True).line().split()[:2]
+        ['cycle', 'ok']
+        >>> "superseded" in CycleReport(0.0, ok=True, superseded=True).line()
+        True
+        """
         head = (
             f"cycle {'ok' if self.ok else 'FAILED'} load={self.load:.3f}s "
             f"estimate={self.estimate:.3f}s publish={self.publish:.3f}s "
             f"workers={self.workers} requests={self.requests} jobs={self.jobs} "
             f"published={self.published} rejected={len(self.rejected)}"
         )
+        if self.superseded:
+            # not an error: another job process already published a newer cycle
+            head += " superseded"
         if self.rejected:
             head += f" first_rejected=[{self.rejected[0]}]"
         if self.error:
@@ -144,9 +156,11 @@ def run_cycle(
         report.estimate = t2 - t1
         stage = "publish"
         cycle = Cycle(now, float(interval), ids, payloads, _jsonable(estimates.horde), state)
-        store.publish(cycle)
+        switched = store.publish(cycle)
         report.publish = time.perf_counter() - t2
-        report.published = len(ids)
+        # False: a newer cycle is current, so none of these figures reach a reader.
+        report.superseded = not switched
+        report.published = len(ids) if switched else 0
         report.ok = True
     except Exception as exc:  # noqa: BLE001 - a cycle must never take the job down
         report.error = f"{type(exc).__name__}: {exc}"
