@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -232,3 +233,45 @@ def test_vectorized_payloads_decode_to_the_rounded_figures(make_estimates, data)
                 assert got[name] == float(np.round(x, 3)), (name, x, payload)
             else:  # beyond the millisecond's reach in a double: the value itself
                 assert got[name] == pytest.approx(round(x, 3), rel=1e-15), (name, x, payload)
+
+
+class _ExpiresBeforeSwitch(RedisStore):
+    """Lets one of the cycle's keys expire (for real, by TTL) just before the switch."""
+
+    def __init__(self, *args, suffix: str = "s", **kwargs):
+        super().__init__(*args, **kwargs)
+        inner = self._switch
+
+        def switch(keys, args):
+            if self.expire_now:
+                key = next(k for k in keys[1:] if k.endswith(":" + suffix))
+                self.client.pexpire(key, 1)
+                while self.client.exists(key):
+                    time.sleep(0.002)
+            return inner(keys=keys, args=args)
+
+        self._switch = switch
+        self.expire_now = False
+
+
+@pytest.mark.parametrize("suffix", ["s", "p"])
+def test_redis_refuses_to_switch_to_a_cycle_whose_keys_expired(redis_prefix, make_estimates, suffix) -> None:
+    store = _ExpiresBeforeSwitch("redis://127.0.0.1:6379/0", prefix=redis_prefix, suffix=suffix)
+    try:
+        assert store.publish(_cycle(make_estimates, 100.0, ["r1", "r2"], 1))
+        store.expire_now = True
+        with pytest.raises(Exception, match="expired before the switch"):
+            store.publish(_cycle(make_estimates, 105.0, ["r1", "r2"], 2))
+        # the last good cycle stays current, its figures whole
+        got = store.read_status("r2")
+        assert got.time == 100.0 and decode_payload(got.value)["queue_position"] == 1
+        assert store.read_prospective().value == b"state-1"
+    finally:
+        store.drop_all()
+        store.close()
+
+
+def test_redis_cycle_of_no_requests_switches(redis_store) -> None:
+    """No requests: no status hash (Redis keeps no empty hash), and the switch is fine."""
+    assert redis_store.publish(Cycle(100.0, 5.0, [], [], prospective=b"x"))
+    assert redis_store.read_status("r").value is None and redis_store.read_status("r").time == 100.0

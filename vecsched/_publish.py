@@ -290,15 +290,22 @@ class Store(Protocol):
 # -- Redis -------------------------------------------------------------------------------
 
 _SWITCH = """
+-- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
 local old = redis.call('GET', KEYS[1])
 local function ctime(id) return tonumber(string.match(id, '^[^|]+')) end
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return redis.error_reply('cycle keys expired before the switch')
-end
 if old and old ~= ARGV[1] and ctime(old) > ctime(ARGV[1]) then
   -- a newer cycle is already current (another job process): never go back
   for i = 2, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
   return 0
+end
+-- Every key must still be there: each had a TTL until now, and a key that
+-- expired would leave readers a cycle whose requests all read as unknown.
+-- (An empty hash does not exist in Redis, so a cycle of no requests has none.)
+if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
+  return redis.error_reply('cycle keys expired before the switch')
+end
+if tonumber(ARGV[4]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.error_reply('cycle status hash expired before the switch')
 end
 redis.call('SET', KEYS[1], ARGV[1])
 for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
@@ -366,7 +373,18 @@ class RedisStore:
         """Write the cycle under new keys, then switch ``current`` to it atomically.
 
         Returns False when a newer cycle was already current (nothing switched).
-        Raises on any Redis error; readers then still see the previous cycle.
+        Raises on any Redis error, and when a key of the cycle expired before the
+        switch (the status hash gets its TTL before its later chunks are written);
+        readers then still see the previous cycle.
+
+        Parameters
+        ----------
+        cycle : Cycle
+
+        Returns
+        -------
+        bool
+            True when the cycle is now current.
         """
         status_key, meta_key, prosp_key = self._keys(cycle.id)
         # Unswitched keys die on their own if this process dies before the switch.
@@ -384,7 +402,7 @@ class RedisStore:
         pipe.set(prosp_key, cycle.prospective, ex=pending_ttl)
         pipe.execute()
         keys = [self.current_key, status_key, meta_key, prosp_key]
-        switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace])
+        switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(ids)])
         return bool(switched)
 
     def read_status(self, request_id: str) -> Reading | None:
