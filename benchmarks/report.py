@@ -312,10 +312,72 @@ def tables(results: dict[str, Any]) -> str:
                 f"{_s(svc.get('median_publish_s'))} s | {_s(r.get('p50'))} / {_s(r.get('p99'))} ms | "
                 f"{_s((svc.get('redis_hash_bytes') or 0) / 2**20)} MiB |",
             ]
+    lines += ["", "### Cost per pair of groups", "", *pair_costs(results)]
     notes = results.get("far_from_floor", [])
     lines += ["", "### Far from the floor", ""]
     lines += [f"- {n}" for n in notes] or ["- nothing: every stage within "f"{FAR_FACTOR:g}x the floor"]
     return "\n".join(lines) + "\n"
+
+
+def _pairs(p: dict[str, Any]) -> tuple[float, float]:
+    """(request groups x worker declarations over both gentypes, text competition classes x signatures)."""
+    g = p.get("groups") or {}
+    elig = sum(
+        (g.get(f"{t}_request_groups", 0) + g.get(f"{t}_special_groups", 0)) * g.get(f"{t}_worker_declarations", 0)
+        for t in ("text", "image")
+    )
+    return float(elig), float(g.get("text_competition_classes", 0) * g.get("text_signatures", 0))
+
+
+def pair_costs(results: dict[str, Any]) -> list[str]:
+    """Eligibility and competition time per (group, declaration) and per (class, signature) pair."""
+    rows = [
+        "| point | workers x requests | eligibility | groups x declarations | ns per pair | competition | classes x signatures | ns per pair |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    points = list(results.get("sizes", {}).items()) + [
+        (f"{kind} sweep", p) for kind, sw in results.get("sweeps", {}).items() for p in sw["points"]
+    ]
+    e_ns: list[float] = []
+    c_ns: list[float] = []
+    for name, p in points:
+        st = _get(p, "batch", "stages_s") or p.get("batch_cold_stages_s") or {}
+        e, c = _pairs(p)
+        if not st or not e:
+            continue
+        e_ns.append(st.get("eligibility", 0) / e * 1e9)
+        if c:
+            c_ns.append(st.get("competition", 0) / c * 1e9)
+        rows.append(
+            f"| {name} | {p['workers']:,} x {p['requests']:,} | {_s(st.get('eligibility'))} s | {e:.3g} | "
+            f"{st.get('eligibility', 0) / e * 1e9:.0f} | {_s(st.get('competition'))} s | {c:.3g} | "
+            + (f"{st.get('competition', 0) / c * 1e9:.0f} |" if c else "- |")
+        )
+    if len(e_ns) > 1 and c_ns:
+        rows += [
+            "",
+            f"Over these points eligibility took {min(e_ns):.0f} to {max(e_ns):.0f} ns per (request group, worker "
+            f"declaration) pair and competition {min(c_ns):.0f} to {max(c_ns):.0f} ns per (competition class, "
+            "signature) pair, while the pair counts span orders of magnitude: the two stages grow as these "
+            "products of group counts, which grow with both workers and requests (more distinct model sets and "
+            "flag combinations on each side), not with the number of requests as such.",
+        ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Re-render the plot and the README tables from a results file: ``python -m benchmarks.report FILE``."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.report")
+    ap.add_argument("results", type=Path, help="a results JSON written by python -m benchmarks")
+    ap.add_argument("--readme", type=Path, default=Path(__file__).resolve().parent / "README.md")
+    args = ap.parse_args(argv)
+    results = json.loads(args.results.read_text(encoding="utf-8"))
+    png = args.results.with_suffix(".png")
+    plot(results, png)
+    write_readme(results, args.readme, png)
 
 
 def write_readme(results: dict[str, Any], readme: Path, png: Path) -> None:
@@ -328,3 +390,7 @@ def write_readme(results: dict[str, Any], readme: Path, png: Path) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     readme.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
