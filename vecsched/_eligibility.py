@@ -457,13 +457,22 @@ def _flags_by_class(
 
 
 def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
-    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``."""
+    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
+
+    Keys with the same set of sources are answered once: many groups (all
+    "any model" groups with alike flags, say) OR the same classes.
+    """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
     if len(key) == 0:
         return out
-    order = np.argsort(key, kind="stable")
+    order = np.lexsort((source, key))
     key, source = key[order], source[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    lists = ListColumn(np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))].astype(np.int64), source)
+    same_sources = set_codes(lists, len(rows))
+    distinct, first = np.unique(same_sources, return_index=True)
+    keep = np.isin(key, first)
+    key, source = key[keep], source[keep]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else np.zeros(0, np.int64)
     step = max(1, BLOCK_ELEMENTS // max(rows.shape[1], 1))
     a = 0
     while a < len(starts):
@@ -472,4 +481,5 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
         end = starts[stop] if stop < len(starts) else len(key)
         out[key[seg]] = or_by_segments(rows[source[seg[0] : end]], seg - seg[0])
         a = stop
-    return out
+    # Every key takes the row of the first key with its set of sources.
+    return out[first[np.searchsorted(distinct, same_sources)]]
