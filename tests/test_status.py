@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -180,3 +181,53 @@ def test_prospective_matches_the_first_published_estimate(backend, request, tmp_
     assert got["eligible_worker_threads"] == answer["eligible_worker_threads"]
     assert got["eligible_workers"] == answer["eligible_workers"]
     assert got["ahead_wait"] == pytest.approx(answer["ahead_wait"], abs=1e-3)
+
+
+def _overwrite_published_state(store, cycle_id: str, blob: bytes) -> None:
+    """Replace the current cycle's published prospective bytes in place (same cycle id)."""
+    if isinstance(store, RedisStore):
+        store.client.set(f"{store.prefix}:c:{cycle_id}:p", blob)
+    else:
+        from vecsched._publish import vs_cycles
+
+        with store.engine.begin() as conn:
+            conn.execute(vs_cycles.update().where(vs_cycles.c.id == cycle_id).values(prospective=blob))
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_prospective_state_is_parsed_once_per_cycle(backend, request, tmp_path) -> None:
+    """Within one cycle the answer comes from the state parsed on the first call: even
+    if the published bytes were garbage now, later answers would not notice. A new cycle
+    is parsed afresh, and the cache keeps a bounded number of states."""
+    pytest.importorskip("vecsched._prospective")
+    from vecsched import _read
+
+    getattr(_read, "clear_state_cache", lambda: None)()  # test isolation
+    store = request.getfixturevalue("redis_store") if backend == "redis" else SQLStore(
+        f"sqlite:///{tmp_path / 'p.sqlite'}")
+    snap = horde(workers=60, requests=600, seed=3)
+    assert run_cycle(lambda now: snap, store, lambda: snap.now).ok
+    ask = _text_request(snap, vecsched.estimate(snap))
+    first = prospective(ask, store=store, now=snap.now)
+    cycle_id = store.read_status("x").cycle_id
+    _overwrite_published_state(store, cycle_id, b"not an npz file")
+    results: list[dict] = []
+    threads = [threading.Thread(target=lambda: results.append(prospective(ask, store=store, now=snap.now)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [first] * 8
+    # a new cycle is read and parsed again (its bytes are whole)
+    for k in range(1, _read.STATE_CACHE_SIZE + 3):
+        assert run_cycle(lambda now: snap, store, lambda: snap.now + k).ok
+        again = prospective(ask, store=store, now=snap.now + k)
+        assert again["eligible_worker_threads"] == first["eligible_worker_threads"]
+        assert len(_read._states) <= _read.STATE_CACHE_SIZE
+    latest = store.read_status("x").cycle_id
+    assert latest in _read._states and cycle_id not in _read._states
+    _overwrite_published_state(store, latest, b"garbage")
+    _read.clear_state_cache()
+    with pytest.raises(Exception):
+        prospective(ask, store=store, now=snap.now + k)

@@ -280,6 +280,8 @@ class Store(Protocol):
 
     def read_status(self, request_id: str) -> Reading | None: ...
 
+    def read_current(self) -> Reading | None: ...
+
     def read_prospective(self) -> Reading | None: ...
 
     def read_meta(self) -> Reading | None: ...
@@ -410,11 +412,36 @@ class RedisStore:
         got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
         return _reading(got, lambda v: v.decode() if v is not None else None)
 
+    def read_current(self) -> Reading | None:
+        """The current cycle alone (``value`` None): one GET, no payload.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        got = self.client.get(self.current_key)
+        return None if got is None else _reading([got], lambda v: None)
+
     def read_prospective(self) -> Reading | None:
+        """The current cycle and its prospective-request state (bytes), in one round trip.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         got = self._read_key(keys=[self.current_key], args=[self.prefix, ":p"])
         return _reading(got, lambda v: v)
 
     def read_meta(self) -> Reading | None:
+        """The current cycle and its horde totals (``{"horde": ..., "requests": n}``), in one round trip.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         got = self._read_key(keys=[self.current_key], args=[self.prefix, ":m"])
         return _reading(got, lambda v: json.loads(v) if v is not None else None)
 
@@ -506,6 +533,10 @@ class SQLStore:
             sa.select(c.c.id, c.c.meta)
             .select_from(cur.join(c, c.c.id == cur.c.cycle_id)).where(cur.c.slot == 0)
         )
+        self._current_sql = (
+            sa.select(c.c.id, sa.null())
+            .select_from(cur.join(c, c.c.id == cur.c.cycle_id)).where(cur.c.slot == 0)
+        )
 
     def _ensure(self) -> None:
         if not self._ready:
@@ -551,6 +582,16 @@ class SQLStore:
 
     def read_status(self, request_id: str) -> Reading | None:
         return self._one(self._status_sql, {"rid": request_id}, lambda v: v)
+
+    def read_current(self) -> Reading | None:
+        """The current cycle alone (``value`` None): one SELECT, no payload.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        return self._one(self._current_sql, {}, lambda v: None)
 
     def read_prospective(self) -> Reading | None:
         return self._one(self._prosp_sql, {}, lambda v: bytes(v) if v is not None else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -22,6 +23,12 @@ DEFAULT_STALE_INTERVALS = 3.0
 _PROGRESS = ("waiting", "processing", "finished", "restarted", "faulted", "done")
 _default: dict[str, Store] = {}
 _default_lock = threading.Lock()
+
+STATE_CACHE_SIZE = 4
+"""Parsed prospective states kept, most recently used first out last (a cycle's
+state is several MB parsed; readers only ever want the current one or two)."""
+_states: OrderedDict[str, Any] = OrderedDict()
+_states_lock = threading.Lock()
 
 
 def default_store() -> Store:
@@ -222,8 +229,8 @@ def prospective(
     store = default_store() if store is None else store
     policy = AllowancePolicy() if policy is None else policy
     now = time.time() if now is None else now
-    reading = store.read_prospective()
-    if reading is None or not reading.value:
+    reading, state = _current_state(store)
+    if reading is None or state is None:
         return {"unknown": True, "allowance": policy(0, None)}
     _, stale = _age(reading, now, max_age)
     out: dict[str, Any] = {"stale": stale, "cycle_time": _iso(reading.time)}
@@ -232,7 +239,7 @@ def prospective(
         return out
     from ._prospective import answer_prospective
 
-    answer = answer_prospective(reading.value, request, now)
+    answer = answer_prospective(state, request, now)
     ahead = answer.get("ahead_wait")
     if ahead is not None and isinstance(ahead, float) and math.isnan(ahead):
         ahead = None
@@ -246,3 +253,61 @@ def prospective(
     if answer.get("queue_position") is not None:
         out["queue_position"] = int(answer["queue_position"])
     return out
+
+
+def _current_state(store: Store) -> tuple[Reading | None, Any]:
+    """The current cycle and its parsed prospective state, parsed once per cycle.
+
+    A cache hit costs the store's cheapest read (the pointer alone); only a cycle
+    not seen before fetches and parses the state bytes. The cache is keyed by
+    cycle id, which names one immutable publication, so a hit is never stale.
+    """
+    read_current = getattr(store, "read_current", None)
+    if read_current is not None:
+        current = read_current()
+        if current is None:
+            return None, None
+        with _states_lock:
+            state = _states.get(current.cycle_id)
+            if state is not None:
+                _states.move_to_end(current.cycle_id)
+                return current, state
+    reading = store.read_prospective()
+    if reading is None or not reading.value:
+        return reading, None
+    with _states_lock:
+        state = _states.get(reading.cycle_id)
+    if state is None:
+        from ._prospective import ProspectiveState
+
+        # Parsed outside the lock: readers of the cached cycle are not held up.
+        state = _frozen(ProspectiveState.from_bytes(reading.value))
+        with _states_lock:
+            _states[reading.cycle_id] = state
+            while len(_states) > STATE_CACHE_SIZE:
+                _states.popitem(last=False)
+    return reading, state
+
+
+def _frozen(state: Any) -> Any:
+    """Make the state's arrays read-only: one parsed state serves every thread."""
+    import numpy as np
+
+    parts = [state.arrays, vars(state.workers), vars(state.queue)]
+    for part in parts:
+        for value in part.values():
+            for array in (value, getattr(value, "offsets", None), getattr(value, "values", None)):
+                if isinstance(array, np.ndarray):
+                    array.flags.writeable = False
+    return state
+
+
+def clear_state_cache() -> None:
+    """Forget every parsed prospective state (tests; memory after a store switch).
+
+    Examples
+    --------
+    >>> clear_state_cache()
+    """
+    with _states_lock:
+        _states.clear()
