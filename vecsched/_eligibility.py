@@ -398,11 +398,18 @@ def _group_sums(
         if one.any():
             per_model = (incidence.astype(np.float64) @ per_set.reshape(n_wsets, -1)).reshape(len(models_used), k, len(flags))
             out[mine[one]] = per_model[group_model[mine[one]], :, col[one]]
-        several = np.flatnonzero(size[mine] > 1)
-        for b in range(0, len(several), step):
-            rows = mine[several[b : b + step]]
-            chosen = per_set[:, :, g_flag_col[rows] - a]  # (worker sets, k, groups)
-            out[rows] = np.einsum("gw,wkg->gk", overlap[g_set[rows]].astype(np.float64), chosen)
+        # Groups naming several models: their overlap rows times the worker-set
+        # sums of their flags, one product per flag combination.
+        several = mine[size[mine] > 1]
+        several = several[np.argsort(g_flag_col[several], kind="stable")]
+        flag_of = g_flag_col[several]
+        bounds = np.flatnonzero(np.r_[True, flag_of[1:] != flag_of[:-1], True]) if len(several) else []
+        rows_per_block = max(1, BLOCK_ELEMENTS // max(n_wsets, 1))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            sums_by_set = per_set[:, :, flag_of[lo] - a]  # (worker sets, k)
+            for b in range(lo, hi, rows_per_block):
+                rows = several[b : min(b + rows_per_block, hi)]
+                out[rows] = overlap[g_set[rows]].astype(np.float64) @ sums_by_set
     return out
 
 
