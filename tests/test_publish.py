@@ -275,3 +275,53 @@ def test_redis_cycle_of_no_requests_switches(redis_store) -> None:
     """No requests: no status hash (Redis keeps no empty hash), and the switch is fine."""
     assert redis_store.publish(Cycle(100.0, 5.0, [], [], prospective=b"x"))
     assert redis_store.read_status("r").value is None and redis_store.read_status("r").time == 100.0
+
+
+def _api_problems(path: str) -> list[str]:
+    """Public functions/methods of ``path`` lacking type hints or numpydoc sections."""
+    import ast
+
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    out: list[str] = []
+
+    def check(fn: ast.FunctionDef, owner: str | None = None) -> None:
+        name = f"{owner}.{fn.name}" if owner else fn.name
+        args = [a for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs if a.arg not in ("self", "cls")]
+        args += [a for a in (fn.args.vararg, fn.args.kwarg) if a is not None]
+        if any(a.annotation is None for a in args):
+            out.append(f"{name}: argument without a type hint")
+        if fn.name == "__init__":
+            return  # documented in the class docstring
+        if fn.returns is None:
+            out.append(f"{name}: no return type hint")
+        doc = ast.get_docstring(fn) or ""
+        if not doc:
+            out.append(f"{name}: no docstring")
+            return
+        if args and "Parameters\n----------" not in doc:
+            out.append(f"{name}: no Parameters section")
+        returns_none = isinstance(fn.returns, ast.Constant) and fn.returns.value is None
+        if not returns_none and "Returns\n-------" not in doc:
+            out.append(f"{name}: no Returns section")
+        if owner is None and "Examples\n--------" not in doc:
+            out.append(f"{name}: no Examples section")
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            check(node)
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            if "Examples\n--------" not in (ast.get_docstring(node) or ""):
+                out.append(f"class {node.name}: no Examples section")
+            for sub in node.body:
+                if isinstance(sub, ast.FunctionDef) and (
+                        not sub.name.startswith("_") or sub.name in ("__init__", "__call__")):
+                    check(sub, node.name)
+    return out
+
+
+@pytest.mark.parametrize("module", ["_publish", "_read", "_job"])
+def test_public_api_has_type_hints_and_numpydoc(module) -> None:
+    import vecsched
+
+    path = f"{vecsched.__path__[0]}/{module}.py"
+    assert _api_problems(path) == []

@@ -25,7 +25,16 @@ DEFAULT_INTERVAL = 5.0
 
 @dataclass
 class CycleReport:
-    """What one cycle did: stage times (seconds), counts, rejected rows, and the error if it failed."""
+    """What one cycle did: stage times (seconds), counts, rejected rows, and the error if it failed.
+
+    ``superseded``: the cycle was written but a newer one was already current,
+    so nothing it computed was published (``published`` is 0; still ok).
+
+    Examples
+    --------
+    >>> CycleReport(0.0, ok=True, published=3).line()[:9]
+    'cycle ok '
+    """
 
     cycle_time: float
     ok: bool = False
@@ -42,6 +51,10 @@ class CycleReport:
 
     def line(self) -> str:
         """The one log line of the cycle.
+
+        Returns
+        -------
+        str
 
         Examples
         --------
@@ -67,7 +80,16 @@ class CycleReport:
 
 
 class SQLLoader:
-    """``loader(now) -> Snapshot`` over a horde database (engine or URL)."""
+    """``loader(now) -> Snapshot`` over a horde database (engine or URL).
+
+    Examples
+    --------
+    >>> from vecsched import _sql
+    >>> engine = _sql.make_engine("sqlite://")
+    >>> _sql.metadata.create_all(engine)
+    >>> len(SQLLoader(engine)(1.7e9).requests)
+    0
+    """
 
     def __init__(self, engine: Any):
         from ._sql import make_engine
@@ -75,6 +97,17 @@ class SQLLoader:
         self.engine = make_engine(engine) if isinstance(engine, str) else engine
 
     def __call__(self, now: float) -> Snapshot:
+        """The horde as of ``now``.
+
+        Parameters
+        ----------
+        now : float
+            Epoch seconds, the snapshot's clock.
+
+        Returns
+        -------
+        Snapshot
+        """
         from ._sql import load_horde
 
         return load_horde(self.engine, now)
@@ -198,6 +231,30 @@ def run_service(
     APScheduler runs the cycle: never two at once (``max_instances=1``), missed
     runs coalesced into one, the first run at once. A failed cycle is logged
     and the next one retries; the scheduler itself keeps going.
+
+    Parameters
+    ----------
+    load : callable
+        ``load(now) -> Snapshot``, e.g. :class:`SQLLoader`.
+    store : Store
+        Where cycles are published.
+    interval : float
+        Seconds between cycle starts.
+    clock : callable
+        Epoch seconds; the cycle time.
+    stop : threading.Event, optional
+        Set it to stop the service (besides the signals).
+    install_signals : bool
+        Whether SIGINT/SIGTERM stop the service (main thread only).
+
+    Examples
+    --------
+    >>> from vecsched._publish import SQLStore
+    >>> stop = threading.Event()
+    >>> stop.set()  # stops at its first check, after the first cycle started
+    >>> def nothing(now):
+    ...     raise ConnectionError("no horde here")
+    >>> run_service(nothing, SQLStore("sqlite://"), stop=stop, install_signals=False)
     """
     from apscheduler.schedulers.background import BackgroundScheduler
 

@@ -28,7 +28,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import sqlalchemy as sa
@@ -63,7 +63,16 @@ _FLOAT = ("wait_time", "ahead_wait", "horde_wait_time")
 
 @dataclass(frozen=True)
 class Cycle:
-    """One cycle's publication: per-request payloads, horde totals, prospective state."""
+    """One cycle's publication: per-request payloads, horde totals, prospective state.
+
+    The id defaults to :func:`make_cycle_id` of ``time`` and ``interval``.
+
+    Examples
+    --------
+    >>> c = Cycle(100.0, 5.0, ["r1"], ["[1,100.0]"])
+    >>> parse_cycle_id(c.id)[:2]
+    (100.0, 5.0)
+    """
 
     time: float
     interval: float
@@ -80,7 +89,13 @@ class Cycle:
 
 @dataclass(frozen=True)
 class Reading:
-    """What a store read returned: the current cycle's id, time, interval and one value."""
+    """What a store read returned: the current cycle's id, time, interval and one value.
+
+    Examples
+    --------
+    >>> Reading("100.0|5.0|ab", 100.0, 5.0, None).interval
+    5.0
+    """
 
     cycle_id: str
     time: float
@@ -91,6 +106,18 @@ class Reading:
 def make_cycle_id(t: float, interval: float) -> str:
     """``time|interval|token``: readers learn the cycle time from the id alone.
 
+    Parameters
+    ----------
+    t : float
+        The cycle time, epoch seconds.
+    interval : float
+        The refresh interval, seconds.
+
+    Returns
+    -------
+    str
+        A new id; the random token tells apart two cycles of the same time.
+
     Examples
     --------
     >>> parse_cycle_id(make_cycle_id(1700000000.25, 5.0))[:2]
@@ -100,6 +127,23 @@ def make_cycle_id(t: float, interval: float) -> str:
 
 
 def parse_cycle_id(cycle_id: str | bytes) -> tuple[float, float, str]:
+    """The time, interval and token a cycle id carries.
+
+    Parameters
+    ----------
+    cycle_id : str or bytes
+        An id made by :func:`make_cycle_id` (bytes as Redis returns it).
+
+    Returns
+    -------
+    tuple of (float, float, str)
+        ``(time, interval, token)``.
+
+    Examples
+    --------
+    >>> parse_cycle_id(b"1700000000.5|5.0|0a1b2c3d")
+    (1700000000.5, 5.0, '0a1b2c3d')
+    """
     if isinstance(cycle_id, bytes):
         cycle_id = cycle_id.decode()
     t, interval, token = cycle_id.split("|")
@@ -264,7 +308,24 @@ def _ascii_rows(blocks: list[np.ndarray], head: str, tail: str) -> list[str]:
 
 
 def decode_payload(payload: str | bytes) -> dict[str, Any]:
-    """The published figures of one request, by name (``None``: unknown)."""
+    """The published figures of one request, by name (``None``: unknown).
+
+    Parameters
+    ----------
+    payload : str or bytes
+        One payload as :func:`encode_payloads` made it.
+
+    Returns
+    -------
+    dict
+        :data:`PAYLOAD_FIELDS` to values; ``gentype`` as its name, flags as bool.
+
+    Examples
+    --------
+    >>> got = decode_payload("[1,100.0,1,3,6,1,2,41.6,null,4,50.0,0,1,0,0,0]")
+    >>> got["gentype"], got["queue_position"], got["ahead_wait"], got["is_possible"]
+    ('image', 2, None, True)
+    """
     values = json.loads(payload)
     out = dict(zip(PAYLOAD_FIELDS, values))
     out["gentype"] = GENTYPES[out["gentype"]]
@@ -273,20 +334,76 @@ def decode_payload(payload: str | bytes) -> dict[str, Any]:
     return out
 
 
+@runtime_checkable
 class Store(Protocol):
-    """What the job and the readers need of a publication store."""
+    """What the job and the readers need of a publication store.
 
-    def publish(self, cycle: Cycle) -> bool: ...
+    :class:`RedisStore` and :class:`SQLStore` implement it; every read returns
+    None while no cycle was ever published.
 
-    def read_status(self, request_id: str) -> Reading | None: ...
+    Examples
+    --------
+    >>> isinstance(SQLStore("sqlite://"), Store)
+    True
+    """
 
-    def read_current(self) -> Reading | None: ...
+    def publish(self, cycle: Cycle) -> bool:
+        """Write ``cycle`` whole, then make it current.
 
-    def read_prospective(self) -> Reading | None: ...
+        Parameters
+        ----------
+        cycle : Cycle
 
-    def read_meta(self) -> Reading | None: ...
+        Returns
+        -------
+        bool
+            False when a newer cycle was already current (nothing switched).
+        """
+        ...
 
-    def close(self) -> None: ...
+    def read_status(self, request_id: str) -> Reading | None:
+        """The current cycle and one request's payload (value None if the cycle lacks it).
+
+        Parameters
+        ----------
+        request_id : str
+
+        Returns
+        -------
+        Reading or None
+        """
+        ...
+
+    def read_current(self) -> Reading | None:
+        """The current cycle alone (value None), as cheaply as the store can.
+
+        Returns
+        -------
+        Reading or None
+        """
+        ...
+
+    def read_prospective(self) -> Reading | None:
+        """The current cycle and its prospective-request state (bytes).
+
+        Returns
+        -------
+        Reading or None
+        """
+        ...
+
+    def read_meta(self) -> Reading | None:
+        """The current cycle and its horde totals.
+
+        Returns
+        -------
+        Reading or None
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the store's connections."""
+        ...
 
 
 # -- Redis -------------------------------------------------------------------------------
@@ -408,7 +525,17 @@ class RedisStore:
         return bool(switched)
 
     def read_status(self, request_id: str) -> Reading | None:
-        """The current cycle and request ``request_id``'s payload (None if absent): one round trip."""
+        """The current cycle and request ``request_id``'s payload (None if absent): one round trip.
+
+        Parameters
+        ----------
+        request_id : str
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
         return _reading(got, lambda v: v.decode() if v is not None else None)
 
@@ -452,6 +579,7 @@ class RedisStore:
             self.client.delete(*keys[start : start + 1000])
 
     def close(self) -> None:
+        """Close the Redis client's connections."""
         self.client.close()
 
 
@@ -544,6 +672,20 @@ class SQLStore:
             self._ready = True
 
     def publish(self, cycle: Cycle) -> bool:
+        """Write the cycle and switch the pointer to it in one transaction.
+
+        Older cycles' rows go in the same transaction (readers that began
+        before the commit still see them).
+
+        Parameters
+        ----------
+        cycle : Cycle
+
+        Returns
+        -------
+        bool
+            False when a newer cycle was already current (nothing written).
+        """
         self._ensure()
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
         with self.engine.begin() as conn:
@@ -581,6 +723,17 @@ class SQLStore:
         return Reading(row[0], t, interval, convert(row[1]))
 
     def read_status(self, request_id: str) -> Reading | None:
+        """The current cycle and request ``request_id``'s payload (None if absent): one SELECT.
+
+        Parameters
+        ----------
+        request_id : str
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         return self._one(self._status_sql, {"rid": request_id}, lambda v: v)
 
     def read_current(self) -> Reading | None:
@@ -594,12 +747,27 @@ class SQLStore:
         return self._one(self._current_sql, {}, lambda v: None)
 
     def read_prospective(self) -> Reading | None:
+        """The current cycle and its prospective-request state (bytes): one SELECT.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         return self._one(self._prosp_sql, {}, lambda v: bytes(v) if v is not None else None)
 
     def read_meta(self) -> Reading | None:
+        """The current cycle and its horde totals: one SELECT.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
         return self._one(self._meta_sql, {}, lambda v: json.loads(v) if v is not None else None)
 
     def close(self) -> None:
+        """Dispose of the engine's connection pool."""
         self.engine.dispose()
 
 
@@ -610,7 +778,30 @@ def open_store(
     env: dict[str, str] | None = None,
 ) -> RedisStore | SQLStore:
     """The configured store: Redis when a URL is given or ``$REDIS_URL`` is set,
-    else the SQL database (``$VECSCHED_DATABASE_URL``, else the embedded SQLite file)."""
+    else the SQL database (``$VECSCHED_DATABASE_URL``, else the embedded SQLite file).
+
+    Parameters
+    ----------
+    redis_url : str, optional
+        Wins over ``$REDIS_URL``.
+    database_url : str, optional
+        Wins over ``$VECSCHED_DATABASE_URL``; used only without a Redis URL.
+    prefix : str, optional
+        Redis key prefix; default ``$VECSCHED_REDIS_PREFIX``, else ``"vecsched"``.
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    RedisStore or SQLStore
+
+    Examples
+    --------
+    >>> type(open_store(database_url="sqlite://", env={})).__name__
+    'SQLStore'
+    >>> type(open_store(env={"REDIS_URL": "redis://127.0.0.1:6379/0"})).__name__
+    'RedisStore'
+    """
     from ._sql import default_database_url
 
     env = dict(os.environ) if env is None else env
@@ -621,5 +812,15 @@ def open_store(
 
 
 def now() -> float:
-    """Wall-clock epoch seconds (the default clock)."""
+    """Wall-clock epoch seconds (the default clock).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> now() > 1.6e9
+    True
+    """
     return time.time()

@@ -32,7 +32,18 @@ _states_lock = threading.Lock()
 
 
 def default_store() -> Store:
-    """The store named by the environment, opened once per process and reused."""
+    """The store named by the environment, opened once per process and reused.
+
+    Returns
+    -------
+    Store
+        See :func:`vecsched._publish.open_store`.
+
+    Examples
+    --------
+    >>> default_store() is default_store()
+    True
+    """
     with _default_lock:
         if "store" not in _default:
             _default["store"] = open_store()
@@ -165,6 +176,18 @@ class AllowancePolicy:
             raise ValueError("per_second must be a finite number >= 0")
 
     def __call__(self, eligible_worker_threads: int, ahead_wait: float | None) -> int:
+        """The allowance in tokens.
+
+        Parameters
+        ----------
+        eligible_worker_threads : int
+        ahead_wait : float or None
+            Seconds of work ahead; None or NaN: unknown.
+
+        Returns
+        -------
+        int
+        """
         if not eligible_worker_threads or ahead_wait is None or math.isnan(ahead_wait):
             return self.floor
         value = self.ceiling - self.per_second * ahead_wait
