@@ -291,20 +291,26 @@ def _float_block(values: np.ndarray) -> np.ndarray:
 def _ascii_rows(blocks: list[np.ndarray], head: str, tail: str) -> list[str]:
     """``head + ",".join(block row texts) + tail`` for every row, without a per-row step."""
     n = len(blocks[0])
-    width = sum(b.shape[1] for b in blocks) + len(blocks)
-    matrix = np.empty((n, width), dtype=np.uint8)
+    head_b, tail_b = head.encode("ascii"), (tail + "\n").encode("ascii")
+    width = len(head_b) + sum(b.shape[1] for b in blocks) + len(blocks) - 1 + len(tail_b)
+    # Column-major: each block column is one contiguous write; ravel() below
+    # does the single transpose to row order.
+    matrix = np.empty((n, width), dtype=np.uint8, order="F")
     at = 0
-    for block in blocks:
+    for k, block in enumerate(blocks):
+        if k:
+            matrix[:, at] = ord(",")
+            at += 1
+        else:
+            matrix[:, : len(head_b)] = np.frombuffer(head_b, dtype=np.uint8)
+            at = len(head_b)
         matrix[:, at : at + block.shape[1]] = block
         at += block.shape[1]
-        matrix[:, at] = ord(",")
-        at += 1
-    matrix[:, -1] = ord("\n")  # the last comma: the row's end
+    matrix[:, at:] = np.frombuffer(tail_b, dtype=np.uint8)
     flat = matrix.ravel()
-    text = flat[flat != 0].tobytes().decode("ascii")
-    # The constant head and tail go in with one C-level replace over the whole text.
-    text = head + text[:-1].replace("\n", tail + "\n" + head) + tail
-    return text.split("\n")
+    rows = flat[flat != 0].tobytes().decode("ascii").split("\n")
+    rows.pop()  # after the last newline
+    return rows
 
 
 def decode_payload(payload: str | bytes) -> dict[str, Any]:
