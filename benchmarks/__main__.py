@@ -205,14 +205,17 @@ def run_service(workers: int, requests: int, log=print, timeout_s: float = 600.0
 
 
 def fit_exponent(x: list[float], y: list[float]) -> dict[str, float] | None:
-    """Slope of log(y) on log(x) over all points, and between the last two (the local growth)."""
+    """Slope of log(y) on log(x): over all points, over the upper half of them, and between the last two."""
     pts = [(a, b) for a, b in zip(x, y) if a and b and b > 0 and np.isfinite(b)]
     if len(pts) < 2:
         return None
     lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
     slope = float(np.polyfit(lx, ly, 1)[0])
     last = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))
-    return {"exponent": slope, "last_step_exponent": last, "points": len(pts)}
+    # Fixed costs flatten the small end; the upper half says how the cost grows where it matters.
+    half = len(pts) // 2
+    upper = float(np.polyfit(lx[half:], ly[half:], 1)[0]) if len(pts) - half >= 2 else last
+    return {"exponent": slope, "upper_half_exponent": upper, "last_step_exponent": last, "points": len(pts)}
 
 
 def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
