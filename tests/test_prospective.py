@@ -19,7 +19,8 @@ from .strategies import hordes, requests
 @given(hordes(), st.data())
 def test_answer_equals_the_estimate_once_created(doc, data):
     snapshot = vecsched.load_snapshot(doc)
-    state = build_prospective_state(snapshot)
+    # Image requests are only answered when the cycle ran eligibility-aware image waits.
+    state = build_prospective_state(snapshot, vecsched.estimate(snapshot, eligible_image_wait=True))
     ask = data.draw(requests(target_ids=[w["id"] for w in doc["workers"]] + ["ghost"]))
     ask.update(id="zz-prospective", n=1, active=True, faulted=False, created=doc["now"])
     ask["expiry"] = "2999-01-01T00:00:00Z"
@@ -36,6 +37,18 @@ def test_answer_equals_the_estimate_once_created(doc, data):
     else:
         assert answer["ahead_wait"] == pytest.approx(row.ahead_wait, rel=1e-9, abs=1e-9)
         assert answer["queue_position"] == row.queue_position
+
+
+def test_image_is_not_answered_without_eligibility_aware_image_waits():
+    doc = {"format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
+           "workers": [{"id": "w", "user_id": "u", "gentype": "image", "models": ["m"],
+                        "last_check_in": "2026-11-29T11:59:00Z", "bridge_agent": "AI Horde Worker reGen:9:x"}]}
+    snapshot = vecsched.load_snapshot(doc)
+    ask = {"gentype": "image", "models": ["m"]}
+    assert answer_prospective(build_prospective_state(snapshot), ask)["ahead_wait"] is None
+    aware = build_prospective_state(snapshot, vecsched.estimate(snapshot, eligible_image_wait=True))
+    assert answer_prospective(aware, ask) == {
+        "eligible_workers": 1, "eligible_worker_threads": 1, "ahead_wait": 0.0, "queue_position": 0}
 
 
 def test_a_bad_prospective_request_is_named():

@@ -81,6 +81,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         **progress,
     }
     horde: dict[str, dict[str, float]] = {}
+    extras: dict[str, dict[str, object]] = {}
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(rq.gentype == gentype)
         with stages("horde"):
@@ -101,6 +102,16 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
                 len(snapshot.model_names),
                 with_competition=aware,
             )
+        if aware:
+            # What a request not yet created needs to be answered like the queue
+            # (vecsched._prospective): take classes and each queued request's signature.
+            extras[name] = {
+                "rows": mine,
+                "signature": elig.signature,
+                "n_signatures": elig.n_signatures,
+                "class_rows": elig.class_rows,
+                "worker_class": elig.worker_class,
+            }
         groups[f"{name}_request_groups"] = elig.n_groups
         groups[f"{name}_special_groups"] = elig.n_special
         groups[f"{name}_worker_declarations"] = elig.n_declarations
@@ -163,6 +174,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         timings=stages.seconds,
         groups=groups,
         rejected=snapshot.rejected,
+        extras=extras,
     )
 
 

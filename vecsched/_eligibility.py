@@ -63,6 +63,12 @@ class Eligibility:
     n_groups: int = 0
     n_special: int = 0
     n_declarations: int = 0
+    # With competition: each take class's signatures (64-bit words) and the
+    # take class of each usable worker of the gentype (in worker row order).
+    class_rows: np.ndarray | None = None
+    worker_class: np.ndarray | None = None
+    # With every_request_special: each special group's eligible workers.
+    eligible_workers: np.ndarray | None = None
 
 
 def _rank(limits: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -77,10 +83,13 @@ def eligibility(
     excluded: tuple[np.ndarray, np.ndarray],
     vocabulary_size: int,
     with_competition: bool,
+    every_request_special: bool = False,
 ) -> Eligibility:
     """Eligible workers, threads and throughput of each request of ``gentype``, and what it could take.
 
     ``excluded`` holds (worker row, request position in ``rq``) pairs.
+    ``every_request_special`` evaluates every request worker by worker and
+    returns its eligible workers (for one-off requests; slow for a queue).
     """
     text = gentype == TEXT
     worker_rows = np.flatnonzero(wk.usable & (wk.gentype == gentype))
@@ -189,7 +198,7 @@ def eligibility(
     maint_owners = np.unique(wk.user[worker_rows][wk.maintenance[worker_rows]])
     owns_maintenance = np.isin(rq.user, maint_owners)
     has_targets = rq.targets.lengths > 0
-    special_rows = np.flatnonzero(has_targets | owns_maintenance | has_exclusion)
+    special_rows = np.flatnonzero(has_targets | owns_maintenance | has_exclusion | every_request_special)
     if len(special_rows):
         # Requests alike in gates, targets, owner and excluded workers share one row:
         # one worker's word list hitting many prompts must not make each its own group.
@@ -217,6 +226,7 @@ def eligibility(
     n_class = len(class_first)
 
     special_sums = np.zeros((n_special, 3))
+    special_workers = np.zeros((n_special, nw), dtype=bool) if every_request_special else None
     special_present: list[np.ndarray] = []
     if n_special and nw:
         local = np.full(len(wk.ids), -1, dtype=np.int64)
@@ -248,6 +258,8 @@ def eligibility(
             use_fast = ~chat | fast.any(axis=1)
             final = np.where(use_fast[:, None], fast, other)
             special_sums[sg] = final.astype(np.float64) @ w_values
+            if special_workers is not None:
+                special_workers[sg] = final
             if with_competition:
                 rows, workers = np.nonzero(final)
                 special_present.append(np.unique(sg[rows] * n_class + w_class[workers]))
@@ -266,6 +278,7 @@ def eligibility(
         n_special=n_special,
         n_declarations=len(factorize_rows(w_set, w_flags)[1]),
     )
+    result.eligible_workers = special_workers
     if not with_competition:
         return result
 
@@ -323,6 +336,8 @@ def eligibility(
         pair = np.concatenate(special_present)  # (special group, class), deduplicated per block
         takeable[n_group:] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
     result.takeable = takeable
+    result.class_rows = class_rows
+    result.worker_class = w_class
     result.signature = signature
     result.n_signatures = n_sig
     return result

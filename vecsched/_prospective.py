@@ -2,18 +2,17 @@
 
 The free output allowance is decided before a request is created, so it must
 be answered from what the last cycle published, with no database query. Each
-cycle therefore publishes a compact *prospective state*: the usable workers'
-arrays, and the waiting queue reduced to one representative per take
-signature (gentype, models, chat flag, lengths or size) with, per priority
-level, how many requests, jobs and how much work wait there.
+cycle therefore publishes a compact *prospective state*, taken from the
+batch's own intermediate results: the usable workers' arrays; per gentype, the
+signatures each worker take class could take; and the waiting queue reduced
+to totals per (signature, priority).
 
-An answer runs the very same :func:`~vecsched._eligibility.eligibility` as the
-batch on [the prospective request + the representatives], so the eligible
-workers, threads and the set of takeable signatures are computed by one code
-path; the work ahead is the queued work of the takeable signatures at a
-priority at least the prospective one (an equal priority created earlier is
-ahead). A request created right after the answer therefore gets the same
-``ahead_wait`` from its first cycle, up to what changed in the queue.
+An answer evaluates the one request against the workers with the very same
+:func:`~vecsched._eligibility.eligibility` as the batch, ORs the rows of the
+take classes among its eligible workers, and sums the queued totals of those
+signatures at a priority at least its own (an equal priority, created
+earlier, is ahead). A request created right after the answer therefore gets
+the same ``ahead_wait`` from its first cycle, up to what changed in the queue.
 """
 
 from __future__ import annotations
@@ -25,15 +24,15 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ._columns import TEXT, RowError
-from ._arrays import RequestArrays, WorkerArrays, request_arrays, take_rows, worker_arrays
+from ._arrays import WorkerArrays, request_arrays, take_rows, worker_arrays
+from ._columns import GENTYPES, RowError
 from ._eligibility import eligibility
 from ._estimates import Estimates
-from ._groups import factorize_rows, set_codes, unpack_words
+from ._groups import factorize_rows, or_by_segments, set_codes, unpack_words
 from ._snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
 
-STATE_VERSION = 1
-_LIST_FIELDS = ("models", "targets")
+STATE_VERSION = 2
+_LIST_FIELDS = ("models",)
 
 
 class ProspectiveState:
@@ -46,7 +45,6 @@ class ProspectiveState:
         self.users = {name: code for code, name in enumerate(arrays["users"].tolist())}
         self.worker_index = pd.Index(arrays["worker_ids"].astype(object))
         self.workers = _unpack(WorkerArrays, arrays, "w_")
-        self.queue = _unpack(RequestArrays, arrays, "q_")
 
     def to_bytes(self) -> bytes:
         """The state as ``.npz`` bytes (no pickled objects), as a cycle publishes it."""
@@ -67,6 +65,9 @@ class ProspectiveState:
 def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = None) -> bytes:
     """The bytes a cycle publishes so that :func:`answer_prospective` needs no database.
 
+    ``estimates`` must be the batch's estimate of ``snapshot`` (computed here
+    when not given); its intermediate results are reused, not recomputed.
+
     Examples
     --------
     >>> import vecsched
@@ -82,57 +83,50 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     >>> answer_prospective(state, {"gentype": "text", "models": ["m"], "max_length": 100})
     {'eligible_workers': 1, 'eligible_worker_threads': 1, 'ahead_wait': 10.0, 'queue_position': 1}
     """
+    if estimates is None:
+        from ._estimates import estimate
+
+        estimates = estimate(snapshot)
     w, r = snapshot.workers, snapshot.requests
     users, user_codes = _user_codes(w.user_id, r.user_id)
     wk = worker_arrays(snapshot, user_codes[: len(w)])
-    usable = np.flatnonzero(wk.usable)
-    wk = take_rows(wk, usable)
-    rq = request_arrays(snapshot, user_codes[len(w) :], pd.Index(w.id))
-
-    # One representative per raw take signature, with per-priority totals.
-    text = rq.gentype == TEXT
-    sig, _ = factorize_rows(
-        rq.gentype,
-        rq.model_set,
-        rq.is_chat & text,
-        np.where(text, rq.max_length, 0),
-        np.where(text, rq.max_context_length, 0),
-        np.where(text, 0, rq.pixels),
-    )
-    level, level_first = factorize_rows(sig, rq.priority)
-    level_sig = sig[level_first]
-    level_priority = rq.priority[level_first]
-    work = rq.n * rq.output
-    count = np.bincount(level, minlength=len(level_first)).astype(np.int64)
-    jobs = np.bincount(level, weights=rq.n, minlength=len(level_first)).astype(np.int64)
-    level_work = np.zeros(len(level_first), dtype=np.int64)
-    np.add.at(level_work, level, work)
-    order = np.lexsort((-level_priority, level_sig))
-    sig_sorted = level_sig[order]
-    starts = np.flatnonzero(np.r_[True, sig_sorted[1:] != sig_sorted[:-1]]) if len(order) else np.zeros(0, np.int64)
-    representative = np.full(int(sig.max()) + 1 if len(sig) else 0, -1, dtype=np.int64)
-    representative[sig[::-1]] = np.arange(len(sig) - 1, -1, -1)
-    reps = representative[sig_sorted[starts]] if len(starts) else np.zeros(0, np.int64)
-    queue = take_rows(rq, reps)
-    # Representatives stand for signatures only: their gates must not make them special.
-    queue.targets = ListColumn(np.zeros(len(reps) + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    queue.user = np.full(len(reps), -1, dtype=np.int64)
-
+    wk = take_rows(wk, np.flatnonzero(wk.usable))
     arrays: dict[str, np.ndarray] = {
         "version": np.array(STATE_VERSION),
         "now": np.array(snapshot.now),
         "vocabulary": np.asarray(snapshot.model_names.tolist(), dtype=str),
         "users": np.asarray(users, dtype=str),
         "worker_ids": np.asarray(wk.ids.tolist(), dtype=str),
-        # Priority levels, grouped by representative (row k of the queue arrays).
-        "level_queue_row": np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)])),
-        "level_priority": level_priority[order],
-        "level_count": count[order],
-        "level_jobs": jobs[order],
-        "level_work": level_work[order],
+        # Which gentypes get eligibility-aware waits (image only when the cycle asked).
+        "aware_text": np.array(True),
+        "aware_image": np.array(estimates.options.eligible_image_wait),
     }
     arrays.update(_pack(wk, "w_"))
-    arrays.update(_pack(queue, "q_"))
+    waiting = snapshot.requests.take(estimates.request_index)
+    for name, part in estimates.extras.items():
+        rows = part["rows"]
+        priority = waiting.extra_priority[rows].astype(np.int64)
+        n = waiting.n[rows].astype(np.int64)
+        # Queued totals per (signature, priority level).
+        level, level_first = factorize_rows(part["signature"], priority)
+        output = np.where(
+            name == "text",
+            waiting.max_length[rows].astype(np.int64),
+            waiting.width[rows].astype(np.int64) * waiting.height[rows] * waiting.steps[rows],
+        )
+        level_work = np.bincount(level, weights=n * output, minlength=len(level_first)).astype(np.int64)
+        arrays.update(
+            {
+                f"{name}_n_signatures": np.array(part["n_signatures"]),
+                f"{name}_class_rows": part["class_rows"],
+                f"{name}_worker_class": part["worker_class"],
+                f"{name}_level_signature": part["signature"][level_first],
+                f"{name}_level_priority": priority[level_first],
+                f"{name}_level_count": np.bincount(level, minlength=len(level_first)).astype(np.int64),
+                f"{name}_level_jobs": np.bincount(level, weights=n, minlength=len(level_first)).astype(np.int64),
+                f"{name}_level_work": level_work,
+            }
+        )
     return ProspectiveState(arrays).to_bytes()
 
 
@@ -144,7 +138,8 @@ def answer_prospective(
     ``request`` uses the request keys of the snapshot format (``gentype``,
     ``models``, ``max_length``, ``is_chat``, ``extra_priority``, gates,
     ``worker_ids``...); ``id``, ``n`` and times are not needed. ``ahead_wait``
-    is None when no thread is eligible (the allowance then takes its floor).
+    is None when no thread is eligible (the allowance then takes its floor),
+    and for image unless the cycle ran with eligibility-aware image waits.
     """
     st = state if isinstance(state, ProspectiveState) else ProspectiveState.from_bytes(state)
     now = st.now if now is None else float(now)
@@ -153,7 +148,8 @@ def answer_prospective(
     row.setdefault("user_id", "")
     row["n"] = 1  # the answer does not depend on the request's own size
     errors: list[RowError] = []
-    cols = _columns_from_records("requests", [row | {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}], errors)
+    times = {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}
+    cols = _columns_from_records("requests", [row | times], errors)
     single = Snapshot.from_columns(now, {}, cols, rejected=errors)
     if single.rejected:
         raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")
@@ -162,35 +158,39 @@ def answer_prospective(
     # Model codes must be the published vocabulary's; names nobody serves get fresh codes.
     names = single.model_names[mine.models.values].tolist()
     extra: dict[str, int] = {}
-    codes = [st.vocabulary.get(nm) if nm in st.vocabulary else extra.setdefault(nm, len(st.vocabulary) + len(extra)) for nm in names]
+    codes = [st.vocabulary[nm] if nm in st.vocabulary else extra.setdefault(nm, len(st.vocabulary) + len(extra)) for nm in names]
     mine.models = ListColumn(mine.models.offsets, np.asarray(codes, dtype=np.int64))
     vocabulary_size = len(st.vocabulary) + len(extra)
+    mine.model_set = set_codes(mine.models, vocabulary_size)
 
     gentype = int(mine.gentype[0])
-    same = np.flatnonzero(st.queue.gentype == gentype)
-    combined = _concat(mine, take_rows(st.queue, same))
-    combined.model_set = set_codes(combined.models, vocabulary_size)
+    name = GENTYPES[gentype]
     elig = eligibility(
         st.workers,
-        combined,
+        mine,
         gentype,
         (np.zeros(0, np.int64), np.zeros(0, np.int64)),
         vocabulary_size,
-        with_competition=True,
+        with_competition=False,
+        every_request_special=True,
     )
     threads = int(elig.threads[0])
     answer: dict[str, Any] = {"eligible_workers": int(elig.workers[0]), "eligible_worker_threads": threads}
-    if threads == 0:
+    if threads == 0 or not bool(st.arrays[f"aware_{name}"]):
         answer["ahead_wait"] = None
         return answer
-    takeable = unpack_words(elig.takeable[elig.row[:1]], elig.n_signatures)[0]
-    taken = np.zeros(len(st.queue.gentype), dtype=bool)
-    taken[same[takeable[elig.signature[1:]]]] = True
+    a = st.arrays
+    if f"{name}_class_rows" not in a:  # nothing of this gentype is queued
+        answer.update(ahead_wait=0.0, queue_position=0)
+        return answer
+    # The signatures the request's eligible workers could take: OR of their classes' rows.
+    classes = np.unique(a[f"{name}_worker_class"][elig.eligible_workers[0]])
+    words = or_by_segments(a[f"{name}_class_rows"][classes], np.zeros(1, dtype=np.int64))
+    takeable = unpack_words(words, int(a[f"{name}_n_signatures"]))[0]
     # Ahead: queued at a priority at least ours (equal priority was created earlier).
-    levels = taken[st.arrays["level_queue_row"]] & (st.arrays["level_priority"] >= int(mine.priority[0]))
-    count_ahead = int(st.arrays["level_count"][levels].sum())
-    jobs_ahead = int(st.arrays["level_jobs"][levels].sum())
-    work_ahead = int(st.arrays["level_work"][levels].sum())
+    levels = takeable[a[f"{name}_level_signature"]] & (a[f"{name}_level_priority"] >= int(mine.priority[0]))
+    jobs_ahead = int(a[f"{name}_level_jobs"][levels].sum())
+    work_ahead = int(a[f"{name}_level_work"][levels].sum())
     throughput = float(elig.throughput[0])
     if jobs_ahead == 0:
         ahead = 0.0
@@ -199,27 +199,13 @@ def answer_prospective(
     else:
         ahead = work_ahead / (throughput * min(1.0, jobs_ahead / threads))
     answer["ahead_wait"] = ahead
-    answer["queue_position"] = count_ahead
+    answer["queue_position"] = int(a[f"{name}_level_count"][levels].sum())
     return answer
 
 
 def _user_codes(worker_users: np.ndarray, request_users: np.ndarray) -> tuple[list[str], np.ndarray]:
     codes, uniques = pd.factorize(np.concatenate([worker_users, request_users]).astype(object))
     return list(uniques), codes.astype(np.int64)
-
-
-def _concat(a: RequestArrays, b: RequestArrays) -> RequestArrays:
-    values = {}
-    for f in fields(RequestArrays):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, ListColumn):
-            values[f.name] = ListColumn(
-                np.r_[x.offsets, y.offsets[1:] + x.offsets[-1]].astype(np.int64),
-                np.r_[x.values.astype(np.int64), y.values.astype(np.int64)],
-            )
-        else:
-            values[f.name] = np.concatenate([x, y])
-    return RequestArrays(**values)
 
 
 def _pack(arrays: Any, prefix: str) -> dict[str, np.ndarray]:

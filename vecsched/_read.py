@@ -316,7 +316,7 @@ def _frozen(state: Any) -> Any:
     """Make the state's arrays read-only: one parsed state serves every thread."""
     import numpy as np
 
-    parts = [state.arrays, vars(state.workers), vars(state.queue)]
+    parts = [state.arrays, vars(state.workers)]
     for part in parts:
         for value in part.values():
             for array in (value, getattr(value, "offsets", None), getattr(value, "values", None)):
