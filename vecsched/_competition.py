@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._groups import unpack_words
+from ._groups import pack_words, unpack_words
 
 # Elements per temporary block (pairs, entries, unpacked rows).
 BLOCK = 1 << 22
@@ -85,9 +85,18 @@ def competition(
     sig_cum_work = np.r_[0, np.cumsum(work[by_sig])]
     sig_start = np.searchsorted(signature[by_sig], np.arange(n_signatures + 1))
     sig_size = np.diff(sig_start)
-    # Everything ahead, in queue order, for classes answered by complement.
-    all_jobs = np.r_[0, np.cumsum(jobs[by_position])]
-    all_work = np.r_[0, np.cumsum(work[by_position])]
+
+    # Each class is answered as an *anchor* plus a difference: the anchor's
+    # counts come from one pass over the queue, the difference is walked per
+    # signature. Anchors "nothing" and "everything" give the direct and the
+    # complement walks; a few more, drawn from the classes, cut the walk where
+    # many classes take nearly the same signatures.
+    anchors, anchor_of = _choose_anchors(class_takeable, n_signatures, n)
+    renumber = np.argsort(anchor_of, kind="stable")
+    new_id = np.empty_like(renumber)
+    new_id[renumber] = np.arange(len(renumber))
+    class_takeable, anchor_of = class_takeable[renumber], anchor_of[renumber]
+    competition_class = new_id[competition_class]
 
     n_classes = len(class_takeable)
     class_size = np.bincount(competition_class, minlength=n_classes)
@@ -99,40 +108,92 @@ def competition(
     # Members grouped by class, in queue order within a class.
     by_class = np.lexsort((at, competition_class))
     class_start = np.r_[0, np.cumsum(class_size)]
+    sig_in_order = signature[by_position]
+    weights_in_order = (jobs[by_position], work[by_position])
 
     step = max(1, BLOCK // max(n_signatures, 1))
-    for first in range(0, n_classes, step):
-        classes = np.arange(first, min(first + step, n_classes))
-        # Walk the takeable signatures, or their complement when that is smaller;
-        # decided by counting bits on the packed rows (it only changes speed).
-        words = class_takeable[classes]
-        complement = np.bitwise_count(words).sum(axis=1, dtype=np.int64) * 2 > n_signatures
-        walk = unpack_words(np.where(complement[:, None], ~words, words), n_signatures)
-        pair_class, pair_sig = np.nonzero(walk)
-        pair_class = classes[pair_class]
-        # A signature whose first request comes after a class's last member adds nothing.
-        useful = sig_first_rank[pair_sig] < class_last[pair_class]
-        pair_class, pair_sig = pair_class[useful], pair_sig[useful]
-        small = sig_size[pair_sig] <= class_size[pair_class]
-        block_members = by_class[class_start[classes[0]] : class_start[classes[-1] + 1]]
-        sums = np.zeros((3, len(block_members)), dtype=np.int64)
-        local = np.full(len(members), -1, dtype=np.int64)
-        local[block_members] = np.arange(len(block_members))
-        _sum_small(
-            pair_class[small], pair_sig[small], sig_start, by_sig, rank, jobs, work,
-            by_class, class_start, at, stride, local, sums,
-        )
-        _sum_large(
-            pair_class[~small], pair_sig[~small], by_class, class_start, at, stride,
-            sig_sorted_key, sig_start, sig_cum_jobs, sig_cum_work, local, sums,
-        )
-        flip = complement[competition_class[block_members] - first]
-        ahead = at[block_members]
-        everything = np.stack([ahead, all_jobs[ahead], all_work[ahead]])
-        result = np.where(flip[None, :], everything - sums, sums)
-        for k in range(3):
-            out[k][block_members] = result[k]
+    anchor_bounds = np.searchsorted(anchor_of, np.arange(len(anchors) + 1))
+    for k, anchor in enumerate(anchors):
+        lo, hi = anchor_bounds[k], anchor_bounds[k + 1]
+        if lo == hi:
+            continue
+        base = _prefix_counts(unpack_words(anchor[None, :], n_signatures)[0], sig_in_order, weights_in_order)
+        for first in range(lo, hi, step):
+            classes = np.arange(first, min(first + step, hi))
+            words = class_takeable[classes]
+            block_members = by_class[class_start[classes[0]] : class_start[classes[-1] + 1]]
+            local = np.full(len(members), -1, dtype=np.int64)
+            local[block_members] = np.arange(len(block_members))
+            ahead = at[block_members]
+            result = np.stack([base[0][ahead], base[1][ahead], base[2][ahead]])
+            for sign, walk_words in ((1, words & ~anchor), (-1, anchor & ~words)):
+                pair_class, pair_sig = np.nonzero(unpack_words(walk_words, n_signatures))
+                pair_class = classes[pair_class]
+                # A signature whose first request comes after a class's last member adds nothing.
+                useful = sig_first_rank[pair_sig] < class_last[pair_class]
+                pair_class, pair_sig = pair_class[useful], pair_sig[useful]
+                small = sig_size[pair_sig] <= class_size[pair_class]
+                sums = np.zeros((3, len(block_members)), dtype=np.int64)
+                _sum_small(
+                    pair_class[small], pair_sig[small], sig_start, by_sig, rank, jobs, work,
+                    by_class, class_start, at, stride, local, sums,
+                )
+                _sum_large(
+                    pair_class[~small], pair_sig[~small], by_class, class_start, at, stride,
+                    sig_sorted_key, sig_start, sig_cum_jobs, sig_cum_work, local, sums,
+                )
+                result += sign * sums
+            for j in range(3):
+                out[j][block_members] = result[j]
     return out  # type: ignore[return-value]
+
+
+MAX_ANCHORS = 64
+
+
+def _choose_anchors(class_takeable: np.ndarray, n_signatures: int, queue_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Anchor rows (packed) and each class's nearest anchor (fewest differing signatures).
+
+    Rows 0 and 1 are "nothing" and "everything". Further anchors are classes
+    drawn with probability proportional to their current distance (as in
+    k-means++ seeding, from a fixed seed, so results never depend on it, only
+    speed); drawing stops when an anchor would save fewer signature visits
+    than the pass over the queue it costs.
+    """
+    n_words = class_takeable.shape[1]
+    everything = np.zeros((1, n_words), dtype=np.uint64)
+    everything[:] = _all_ones(n_signatures, n_words)
+    anchors = [np.zeros(n_words, dtype=np.uint64), everything[0]]
+    taken = np.bitwise_count(class_takeable).sum(axis=1, dtype=np.int64)
+    best = np.minimum(taken, n_signatures - taken)
+    anchor_of = np.where(taken <= n_signatures - taken, 0, 1).astype(np.int64)
+    rng = np.random.default_rng(20261129)
+    while len(anchors) < MAX_ANCHORS and best.sum() > 0:
+        pick = int(rng.choice(len(best), p=best / best.sum()))
+        distance = np.bitwise_count(class_takeable ^ class_takeable[pick]).sum(axis=1, dtype=np.int64)
+        closer = distance < best
+        if int((best - distance)[closer].sum()) < queue_length:
+            break
+        anchor_of[closer] = len(anchors)
+        best = np.where(closer, distance, best)
+        anchors.append(class_takeable[pick].copy())
+    return np.array(anchors), anchor_of
+
+
+def _all_ones(n_bits: int, n_words: int) -> np.ndarray:
+    """Packed words with the first ``n_bits`` bits set."""
+    return pack_words(np.ones((1, n_bits), dtype=bool))[0][:n_words] if n_bits else np.zeros(n_words, np.uint64)
+
+
+def _prefix_counts(
+    takeable: np.ndarray, sig_in_order: np.ndarray, weights_in_order: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, jobs and work of the takeable requests before each rank (length n + 1)."""
+    takes = takeable[sig_in_order]
+    count = np.r_[0, np.cumsum(takes, dtype=np.int64)]
+    jobs = np.r_[0, np.cumsum(np.where(takes, weights_in_order[0], 0), dtype=np.int64)]
+    work = np.r_[0, np.cumsum(np.where(takes, weights_in_order[1], 0), dtype=np.int64)]
+    return count, jobs, work
 
 
 def _sum_small(
