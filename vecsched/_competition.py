@@ -148,7 +148,7 @@ def competition(
     return out  # type: ignore[return-value]
 
 
-MAX_ANCHORS = 64
+MAX_ANCHORS = 128
 
 
 def _choose_anchors(class_takeable: np.ndarray, n_signatures: int, queue_length: int) -> tuple[np.ndarray, np.ndarray]:
@@ -156,9 +156,9 @@ def _choose_anchors(class_takeable: np.ndarray, n_signatures: int, queue_length:
 
     Rows 0 and 1 are "nothing" and "everything". Further anchors are classes
     drawn with probability proportional to their current distance (as in
-    k-means++ seeding, from a fixed seed, so results never depend on it, only
-    speed); drawing stops when an anchor would save fewer signature visits
-    than the pass over the queue it costs.
+    k-means++ seeding, from a fixed seed; results never depend on it, only
+    speed); drawing stops when an anchor would save less walking than the
+    pass over the queue it costs.
     """
     n_words = class_takeable.shape[1]
     everything = np.zeros((1, n_words), dtype=np.uint64)
@@ -172,7 +172,9 @@ def _choose_anchors(class_takeable: np.ndarray, n_signatures: int, queue_length:
         pick = int(rng.choice(len(best), p=best / best.sum()))
         distance = np.bitwise_count(class_takeable ^ class_takeable[pick]).sum(axis=1, dtype=np.int64)
         closer = distance < best
-        if int((best - distance)[closer].sum()) < queue_length:
+        # An anchor's pass over the queue costs a few vector operations per
+        # request, a walked pair several times more: it pays above n / 8 pairs.
+        if int((best - distance)[closer].sum()) * 8 < queue_length:
             break
         anchor_of[closer] = len(anchors)
         best = np.where(closer, distance, best)
