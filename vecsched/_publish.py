@@ -35,29 +35,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ._columns import GENTYPES
+from ._estimates import BOOL_FIELDS, FIELDS, INT_FIELDS
 
 PAYLOAD_VERSION = 1
-PAYLOAD_FIELDS = (
-    "version",
-    "cycle_time",
-    "gentype",
-    "eligible_workers",
-    "eligible_worker_threads",
-    "is_possible",
-    "queue_position",
-    "wait_time",
-    "ahead_wait",
-    "horde_queue_position",
-    "horde_wait_time",
-    "fallback",
-    "waiting",
-    "processing",
-    "finished",
-    "restarted",
-)
-_INT = ("eligible_workers", "eligible_worker_threads", "queue_position", "horde_queue_position",
-        "waiting", "processing", "finished", "restarted")
-_BOOL = ("is_possible", "fallback")
+# A payload is the estimate's fields (vecsched._estimates.FIELDS) behind a
+# version and the cycle time; bump PAYLOAD_VERSION when FIELDS change.
+PAYLOAD_FIELDS = ("version", "cycle_time") + FIELDS
+_INT = INT_FIELDS
+_BOOL = BOOL_FIELDS
 _FLOAT = ("wait_time", "ahead_wait", "horde_wait_time")
 
 
