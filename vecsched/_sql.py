@@ -65,39 +65,33 @@ def _data_columns(spec: tuple[Column, ...], skip: Iterable[str] = ()) -> list[sa
     return out
 
 
+def _list_table(name: str, owner: str, value: str) -> sa.Table:
+    """A list column as rows (owner, position, value); position keeps list order,
+    which matters for a worker's first model (its speed floor)."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column(owner, sa.String(), primary_key=True),
+        sa.Column("position", sa.Integer(), primary_key=True),
+        sa.Column(value, sa.String(), nullable=False),
+    )
+
+
 workers = sa.Table(
     "workers",
     metadata,
     sa.Column("id", sa.String(), primary_key=True),
     *_data_columns(TABLES["workers"]),
 )
-worker_models = sa.Table(
-    "worker_models",
-    metadata,
-    sa.Column("worker_id", sa.String(), primary_key=True),
-    sa.Column("position", sa.Integer(), primary_key=True),
-    sa.Column("model", sa.String(), nullable=False),
-)
+worker_models = _list_table("worker_models", "worker_id", "model")
 waiting_prompts = sa.Table(
     "waiting_prompts",
     metadata,
     sa.Column("id", sa.String(), primary_key=True),
     *_data_columns(TABLES["requests"]),
 )
-wp_models = sa.Table(
-    "wp_models",
-    metadata,
-    sa.Column("wp_id", sa.String(), primary_key=True),
-    sa.Column("position", sa.Integer(), primary_key=True),
-    sa.Column("model", sa.String(), nullable=False),
-)
-wp_allowed_workers = sa.Table(
-    "wp_allowed_workers",
-    metadata,
-    sa.Column("wp_id", sa.String(), primary_key=True),
-    sa.Column("position", sa.Integer(), primary_key=True),
-    sa.Column("worker_id", sa.String(), nullable=False),
-)
+wp_models = _list_table("wp_models", "wp_id", "model")
+wp_allowed_workers = _list_table("wp_allowed_workers", "wp_id", "worker_id")
 processing_gens = sa.Table(
     "processing_gens",
     metadata,
