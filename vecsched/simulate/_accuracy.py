@@ -255,7 +255,11 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     ok = np.isfinite(a) & np.isfinite(b)
     if ok.sum() < 3:
         return math.nan
-    return float(pd.Series(a[ok]).corr(pd.Series(b[ok]), method="spearman"))
+    # Spearman is Pearson on average ranks; pandas ranks without scipy, which
+    # its own method="spearman" would import.
+    ranks_a = pd.Series(a[ok]).rank(method="average")
+    ranks_b = pd.Series(b[ok]).rank(method="average")
+    return float(ranks_a.corr(ranks_b, method="pearson"))
 
 
 _COLUMNS = (
