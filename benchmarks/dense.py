@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from vecsched import reference as ref
-from vecsched._columns import CHAT_NONE, CHAT_ONLY, IMAGE, JOB_PROCESSING, SOURCE_PROCESSING, TEXT
-from vecsched._snapshot import Snapshot
+from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, JOB_PROCESSING, SOURCE_PROCESSING, TEXT
+from vecsched.snapshot.snapshot import Snapshot
 
 # Rows of the request x request matrix computed per matrix product; bounds the float temporaries.
 BLOCK_ROWS = 2048

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vecsched._snapshot import ListColumn, Snapshot
+from vecsched.snapshot.snapshot import ListColumn, Snapshot
 
 
 def _touch(values: np.ndarray) -> tuple[Any, str]:

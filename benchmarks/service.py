@@ -21,10 +21,10 @@ import time
 import numpy as np
 import sqlalchemy as sa
 
-from vecsched import _sql
-from vecsched._job import SQLLoader, run_cycle
-from vecsched._publish import RedisStore, SQLStore
-from vecsched._read import status
+from vecsched.service import sql as _sql
+from vecsched.service.job import SQLLoader, run_cycle
+from vecsched.service.publish import RedisStore, SQLStore
+from vecsched.service.read import status
 from vecsched.synthetic import horde
 
 

@@ -58,7 +58,7 @@ def redis_prefix() -> str:
 @pytest.fixture
 def redis_store(redis_prefix: str) -> Iterator["object"]:
     """A RedisStore on the machine's Redis under a unique prefix, its keys deleted afterwards."""
-    from vecsched._publish import RedisStore
+    from vecsched.service.publish import RedisStore
 
     store = RedisStore(REDIS_BASE, prefix=redis_prefix)
     try:
@@ -147,7 +147,7 @@ def build_estimates(now: float, ids: list[str], **fields: object) -> "object":
     """Hand-built Estimates: every FIELDS column, constant unless given (a scalar or a list)."""
     import numpy as np
 
-    from vecsched._estimates import FIELDS, FLOAT_FIELDS, Estimates
+    from vecsched.core.result import FIELDS, FLOAT_FIELDS, Estimates
 
     n = len(ids)
     defaults = {

@@ -21,24 +21,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._columns import RowError
-from ._estimates import EstimateOptions, Estimates, estimate
-from ._snapshot import ListColumn, Snapshot, SnapshotError, Table, load_snapshot
+from vecsched.snapshot.schema import RowError
+from vecsched.core.estimate import estimate
+from vecsched.core.result import EstimateOptions, Estimates
+from vecsched.snapshot.snapshot import ListColumn, Snapshot, SnapshotError, Table, load_snapshot
 
 # The service side (SQL, Redis, APScheduler) loads on first use, so that
 # `import vecsched` stays light for notebooks and the status path.
 _LAZY = {
-    "status": "._read",
-    "prospective": "._read",
-    "AllowancePolicy": "._read",
-    "run_cycle": "._job",
-    "CycleReport": "._job",
-    "SQLLoader": "._job",
-    "RedisStore": "._publish",
-    "SQLStore": "._publish",
-    "open_store": "._publish",
-    "load_horde": "._sql",
-    "import_snapshot": "._sql",
+    "status": ".service.read",
+    "prospective": ".service.read",
+    "AllowancePolicy": ".service.read",
+    "run_cycle": ".service.job",
+    "CycleReport": ".service.job",
+    "SQLLoader": ".service.job",
+    "RedisStore": ".service.publish",
+    "SQLStore": ".service.publish",
+    "open_store": ".service.publish",
+    "load_horde": ".service.sql",
+    "import_snapshot": ".service.sql",
 }
 
 __all__ = [

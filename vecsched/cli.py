@@ -8,10 +8,10 @@ import json
 import sys
 from typing import Sequence
 
-from ._snapshot import SnapshotError
+from vecsched.snapshot.snapshot import SnapshotError
 
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
-_COMMAND_MODULES = ("vecsched._cli_service", "vecsched._cli_simulate")
+_COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +65,7 @@ def _estimate(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from .synthetic import horde
+    from vecsched.synthetic import horde
 
     horde(workers=args.workers, requests=args.requests, seed=args.seed).to_json(args.output)
     return 0

@@ -4,7 +4,7 @@ This module is an executable copy of the spec, meant to be read next to it.
 It works on plain Python rows (the ``to_dict("records")`` of
 :meth:`vecsched.Snapshot.to_frames`), loops over workers and requests, and
 keeps its own copy of the horde's constants. It deliberately imports nothing
-from the vectorized modules (``vecsched._rules``, ``vecsched._compute``): the
+from the vectorized modules (``vecsched.core.rules``, ``vecsched.core.estimate``): the
 property tests compare the two, and a shared helper would hide a shared bug.
 
 It is slow on purpose (a request's figures cost a pass over every worker and

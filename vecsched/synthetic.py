@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._columns import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
-from ._rules import ONLINE_WINDOW_SECONDS
-from ._snapshot import ListColumn, Snapshot, _to_epoch
+from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
+from vecsched.core.rules import ONLINE_WINDOW_SECONDS
+from vecsched.snapshot.snapshot import ListColumn, Snapshot, _to_epoch
 
 __all__ = ["DEFAULT_NOW", "REQUEST_LIFETIME", "SHAPE_DEFAULTS", "SHAPE_OPTIONS", "horde", "shape_options"]
 

@@ -5,9 +5,9 @@
 True
 """
 
-from ._accuracy import ESTIMATORS, Run, pair_outcomes, run, run_suite, score, table_markdown
-from ._engine import EPOCH, SimJob, SimRequest, SimWorker, Simulation
-from ._scenarios import SCENARIOS, Population, Scenario, build, scenario
+from vecsched.simulate.accuracy import ESTIMATORS, Run, pair_outcomes, run, run_suite, score, table_markdown
+from vecsched.simulate.engine import EPOCH, SimJob, SimRequest, SimWorker, Simulation
+from vecsched.simulate.scenarios import SCENARIOS, Population, Scenario, build, scenario
 
 __all__ = [
     "EPOCH",

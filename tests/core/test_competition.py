@@ -1,0 +1,66 @@
+"""Competition: counts, jobs and work ahead equal a brute-force sum, whichever path answers."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vecsched.core.competition import competition
+from vecsched.core.groups import pack_words
+
+
+@st.composite
+def queues(draw: st.DrawFn):
+    n = draw(st.integers(1, 60))
+    n_sig = draw(st.integers(1, 8))
+    n_class = draw(st.integers(1, 5))
+    position = np.array(draw(st.permutations(list(range(0, 3 * n, 3)))))
+    signature = np.array(draw(st.lists(st.integers(0, n_sig - 1), min_size=n, max_size=n)))
+    jobs = np.array(draw(st.lists(st.integers(1, 4), min_size=n, max_size=n)))
+    work = jobs * np.array(draw(st.lists(st.integers(1, 500), min_size=n, max_size=n)))
+    takeable = np.array(
+        draw(st.lists(st.lists(st.booleans(), min_size=n_sig, max_size=n_sig), min_size=n_class, max_size=n_class))
+    )
+    members = np.array(sorted(draw(st.sets(st.integers(0, n - 1), min_size=1))))
+    klass = np.array(draw(st.lists(st.integers(0, n_class - 1), min_size=len(members), max_size=len(members))))
+    return position, signature, klass, takeable, jobs, work, members
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues())
+def test_competition_equals_brute_force(queue):
+    position, signature, klass, takeable, jobs, work, members = queue
+    count, jobs_ahead, work_ahead = competition(
+        position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
+    )
+    for k, i in enumerate(members):
+        ahead = [j for j in range(len(position)) if position[j] < position[i] and takeable[klass[k], signature[j]]]
+        assert count[k] == len(ahead)
+        assert jobs_ahead[k] == sum(int(jobs[j]) for j in ahead)
+        assert work_ahead[k] == sum(int(work[j]) for j in ahead)
+
+
+def test_every_path_is_taken_on_one_queue():
+    # One big signature (searched by members), singletons (listed per class),
+    # and a class that takes nearly everything (answered by complement).
+    rng = np.random.default_rng(7)
+    n = 400
+    position = rng.permutation(n)
+    signature = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 120, n))
+    jobs = rng.integers(1, 4, n)
+    work = jobs * rng.integers(1, 300, n)
+    takeable = np.zeros((3, 120), dtype=bool)
+    takeable[0, 0] = True
+    takeable[1, 1:60] = True
+    takeable[2, :119] = True
+    members = np.arange(0, n, 2)
+    klass = rng.integers(0, 3, len(members))
+    count, jobs_ahead, work_ahead = competition(
+        position, signature, klass, pack_words(takeable), 120, jobs, work, members
+    )
+    before = position[None, :] < position[members][:, None]
+    takes = takeable[klass][:, signature] & before
+    np.testing.assert_array_equal(count, takes.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (takes * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (takes * work).sum(1))

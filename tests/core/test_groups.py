@@ -1,0 +1,72 @@
+"""The grouping helpers: codes equal exactly when rows are alike, overlaps exact on both paths."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vecsched.core.groups import (
+    factorize_rows,
+    overlap_matrix,
+    pack_words,
+    set_codes,
+    unique_rows,
+    unpack_words,
+)
+from vecsched.snapshot.snapshot import ListColumn
+
+small_lists = st.lists(st.lists(st.integers(0, 12), max_size=6), min_size=1, max_size=30)
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.integers(-2, 2)), min_size=1, max_size=50))
+def test_factorize_rows_codes_equal_iff_rows_equal(rows):
+    cols = [np.array(c) for c in zip(*rows)]
+    codes, first = factorize_rows(*cols)
+    for i in range(len(rows)):
+        assert rows[first[codes[i]]] == rows[i]
+        for j in range(len(rows)):
+            assert (codes[i] == codes[j]) == (rows[i] == rows[j])
+
+
+@given(small_lists)
+def test_set_codes_ignore_order_and_repeats_and_keep_zero_for_empty(lists):
+    codes = set_codes(ListColumn.from_lists(lists, dtype=np.int64), 13)
+    for i, a in enumerate(lists):
+        assert (codes[i] == 0) == (len(a) == 0)
+        for j, b in enumerate(lists):
+            assert (codes[i] == codes[j]) == (set(a) == set(b))
+
+
+@settings(max_examples=200)
+@given(small_lists, st.lists(st.lists(st.integers(0, 12), max_size=12), min_size=1, max_size=30))
+def test_overlap_matrix_is_exact(left, right):
+    want = np.array([[bool(set(a) & set(b)) for b in right] for a in left])
+    got = overlap_matrix(ListColumn.from_lists(left, np.int64), ListColumn.from_lists(right, np.int64), 13)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_overlap_matrix_takes_both_paths_and_agrees():
+    # Few long lists on the right make the incidence product cheaper than the join.
+    rng = np.random.default_rng(3)
+    left = [list(rng.integers(0, 40, rng.integers(0, 3))) for _ in range(60)]
+    right = [list(rng.integers(0, 40, 30)) for _ in range(60)]
+    want = np.array([[bool(set(a) & set(b)) for b in right] for a in left])
+    dense = overlap_matrix(ListColumn.from_lists(left, np.int64), ListColumn.from_lists(right, np.int64), 40)
+    sparse_left = [x[:1] for x in left]
+    want_sparse = np.array([[bool(set(a) & set(b)) for b in [r[:2] for r in right]] for a in sparse_left])
+    sparse = overlap_matrix(
+        ListColumn.from_lists(sparse_left, np.int64), ListColumn.from_lists([r[:2] for r in right], np.int64), 40
+    )
+    np.testing.assert_array_equal(dense, want)
+    np.testing.assert_array_equal(sparse, want_sparse)
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=20))
+def test_pack_words_round_trip_and_unique_rows(rows):
+    matrix = np.array(rows, dtype=bool)
+    words = pack_words(matrix)
+    np.testing.assert_array_equal(unpack_words(words, matrix.shape[1]), matrix)
+    first, inverse = unique_rows(words)
+    np.testing.assert_array_equal(matrix[first][inverse], matrix)
+    assert len(first) == len({tuple(r) for r in rows})

@@ -1,0 +1,258 @@
+"""Schema, loader, import and export against the real SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+import sqlalchemy as sa
+
+import vecsched
+from vecsched.service import sql as _sql
+from vecsched.cli import main
+from vecsched.synthetic import horde
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+def _by_id(doc: dict) -> dict:
+    """The snapshot document with each table keyed by id (the loader orders rows by id)."""
+    out = dict(doc)
+    for table in ("workers", "requests", "jobs"):
+        out[table] = {row["id"]: row for row in doc[table]}
+    out["excluded_pairs"] = sorted(map(tuple, doc["excluded_pairs"]))
+    return out
+
+
+def test_round_trip_keeps_every_value(db_url: str) -> None:
+    snap = horde(workers=60, requests=400, seed=3)
+    engine = _sql.make_engine(db_url)
+    counts = _sql.import_snapshot(engine, snap)
+    assert counts["workers"] == len(snap.workers) and counts["waiting_prompts"] == len(snap.requests)
+    loaded = _sql.load_horde(engine, snap.now)
+    assert loaded.rejected == ()
+    assert _by_id(loaded.to_dict()) == _by_id(snap.to_dict())
+
+
+def test_model_order_survives(db_url: str) -> None:
+    # The first model decides the text speed floor, so order must round-trip.
+    snap = vecsched.load_snapshot({
+        "format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
+        "workers": [{"id": "w", "user_id": "u", "gentype": "text", "last_check_in": "2026-11-29T11:59:00Z",
+                     "models": ["zeta", "alpha", "mid"]}],
+        "requests": [{"id": "r", "user_id": "u", "gentype": "text", "n": 1, "created": "2026-11-29T11:00:00Z",
+                      "expiry": "2026-11-29T13:00:00Z", "models": ["b", "a"], "worker_ids": ["w9", "w1"]}],
+    })
+    engine = _sql.make_engine(db_url)
+    _sql.import_snapshot(engine, snap)
+    loaded = _sql.load_horde(engine, snap.now)
+    assert loaded.model_lists("workers") == [["zeta", "alpha", "mid"]]
+    assert loaded.model_lists("requests") == [["b", "a"]]
+    assert loaded.requests.worker_ids.tolist() == [["w9", "w1"]]
+
+
+def _insert_bad_rows(engine: sa.Engine) -> None:
+    # executemany takes its columns from the first row: give every row every key.
+    good = dict(user_id="u", gentype="text", last_check_in=NOW, threads=2, speed=None, chat_mode="none")
+    rows = [
+        dict(good, id="w-good"),
+        dict(good, id="w-neg-threads", threads=-3),
+        dict(good, id="w-bad-gentype", gentype="video"),
+        dict(good, id="w-no-user", user_id=None),
+        dict(good, id="w-neg-speed", speed=-1.0),
+        dict(good, id="w-bad-chat", chat_mode="sometimes"),
+    ]
+    req = dict(user_id="u", gentype="text", n=1, created=NOW, expiry=NOW, max_length=80)
+    reqs = [
+        dict(req, id="r-good"),
+        dict(req, id="r-neg-n", n=-2),
+        dict(req, id="r-no-created", gentype="image", created=None),
+        dict(req, id="r-neg-len", max_length=-5),
+    ]
+    with engine.begin() as conn:
+        conn.execute(_sql.workers.insert(), rows)
+        conn.execute(_sql.waiting_prompts.insert(), reqs)
+        conn.execute(_sql.worker_models.insert(), [
+            {"worker_id": "w-good", "position": 0, "model": "m"},
+            {"worker_id": "w-ghost", "position": 0, "model": "m"},  # unknown worker: ignored
+        ])
+        conn.execute(_sql.processing_gens.insert(), [
+            {"id": "j1", "wp_id": "r-good", "worker_id": "w-good", "started": NOW, "state": "processing"},
+            {"id": "j2", "wp_id": "r-good", "worker_id": "w-good", "started": NOW, "state": "exploded"},
+        ])
+
+
+def test_bad_rows_become_row_errors(db_url: str) -> None:
+    engine = _sql.make_engine(db_url)
+    _sql.init_db(engine)
+    _insert_bad_rows(engine)
+    snap = _sql.load_horde(engine, NOW.timestamp())
+    assert snap.workers.id.tolist() == ["w-good"]
+    assert snap.requests.id.tolist() == ["r-good"]
+    assert snap.jobs.id.tolist() == ["j1"]
+    assert snap.model_lists("workers") == [["m"]]
+    by_id = {e.id: e for e in snap.rejected}
+    assert by_id["w-neg-threads"].field == "threads"
+    assert by_id["w-bad-gentype"].field == "gentype"
+    assert by_id["w-no-user"].field == "user_id"
+    assert by_id["w-neg-speed"].field == "speed"
+    assert by_id["w-bad-chat"].field == "chat_mode"
+    assert by_id["r-neg-n"].field == "n"
+    assert by_id["r-no-created"].field == "created"
+    assert by_id["r-neg-len"].field == "max_length"
+    assert by_id["j2"].field == "state"
+    assert len(snap.rejected) == 9
+    assert "w-neg-threads" in str(by_id["w-neg-threads"])
+
+
+def test_nulls_in_optional_columns_take_defaults(db_url: str) -> None:
+    engine = _sql.make_engine(db_url)
+    _sql.init_db(engine)
+    with engine.begin() as conn:
+        conn.execute(_sql.workers.insert(), [dict(id="w", user_id="u", gentype="text", last_check_in=NOW,
+                                                  max_length=300)])
+    snap = _sql.load_horde(engine, NOW.timestamp())
+    assert snap.rejected == ()
+    assert snap.workers.threads.tolist() == [1]
+    assert snap.workers.chat_max_length.tolist() == [300]  # "=max_length" default
+    assert snap.workers.nsfw.tolist() == [True]
+
+
+def test_unreachable_database_raises_clearly() -> None:
+    engine = _sql.make_engine("postgresql+psycopg://postgres@127.0.0.1:1/test?connect_timeout=2")
+    with pytest.raises(sa.exc.OperationalError):
+        _sql.load_horde(engine, 0.0)
+
+
+def test_cli_init_load_dump(db_url: str, tmp_path, capsys) -> None:
+    snap = horde(workers=30, requests=200, seed=5)
+    src = tmp_path / "in.json"
+    out = tmp_path / "out.json"
+    snap.to_json(src)
+    assert main(["db", "init", "--db", db_url]) == 0
+    assert main(["db", "load", str(src), "--db", db_url]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["workers"] == len(snap.workers)
+    assert main(["db", "dump", "-o", str(out), "--db", db_url, "--now", "2026-11-29T12:00:00Z"]) == 0
+    dumped = vecsched.load_snapshot(out)
+    assert dumped.now == snap.now
+    assert _by_id(dumped.to_dict()) == _by_id(snap.to_dict())
+
+
+def test_env_url_is_used(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VECSCHED_DATABASE_URL", f"sqlite:///{tmp_path / 'env.sqlite'}")
+    assert main(["db", "init"]) == 0
+    assert sa.inspect(_sql.make_engine(f"sqlite:///{tmp_path / 'env.sqlite'}")).has_table("waiting_prompts")
+    monkeypatch.delenv("VECSCHED_DATABASE_URL")
+    monkeypatch.setenv("VECSCHED_HOME", str(tmp_path))
+    assert _sql.default_database_url() == f"sqlite:///{tmp_path / 'vecsched.sqlite'}"
+
+
+def _same_snapshot(a: vecsched.Snapshot, b: vecsched.Snapshot) -> None:
+    """Equal documents, equal RowErrors in order, and equal column arrays with equal dtypes."""
+    import numpy as np
+
+    assert a.rejected == b.rejected
+    assert a.to_dict() == b.to_dict()
+    assert a.model_names.tolist() == b.model_names.tolist()
+    for table in ("workers", "requests", "jobs"):
+        for name, x in getattr(a, table).columns.items():
+            y = getattr(b, table).columns[name]
+            if hasattr(x, "offsets"):
+                assert np.array_equal(x.offsets, y.offsets) and np.array_equal(x.values, y.values), name
+            else:
+                assert x.dtype == y.dtype, (table, name)
+                assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), (table, name)
+
+
+def test_fast_path_loads_what_the_generic_path_loads(pg_url: str, monkeypatch) -> None:
+    # The PostgreSQL fast path parses binary arrays itself; it must agree with
+    # the generic row path value for value, bad rows and their order included.
+    from datetime import timedelta
+
+    snap = horde(workers=80, requests=600, seed=11)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap, shift_to=NOW.timestamp())
+    _insert_bad_rows(engine)
+    # executemany takes its columns from the first row: give every row every key.
+    odd = dict(user_id="u", gentype="text", n=1, jobs=1, created=NOW, expiry=NOW, width=512,
+               extra_priority=0, active=True, steps=30)
+    with engine.begin() as conn:
+        # NULLs inside numeric arrays (the variable-stride parse), a NULL
+        # required time, microseconds, +infinity and far-off timestamps.
+        conn.execute(_sql.waiting_prompts.insert(), [
+            dict(odd, id="r-odd-1", width=None, extra_priority=2**53 + 1, active=None),
+            dict(odd, id="r-odd-2", created=None, steps=None),
+            dict(odd, id="r-odd-3", created=NOW + timedelta(microseconds=123457), expiry=NOW.replace(year=9999)),
+            dict(odd, id="r-odd-4", created=NOW.replace(year=1), n=None, jobs=None),
+        ])
+        conn.execute(sa.text("INSERT INTO waiting_prompts (id, user_id, gentype, n, created, expiry) "
+                             "VALUES ('r-odd-5', 'u', 'text', 1, '-infinity', 'infinity')"))
+        conn.execute(sa.text("UPDATE workers SET speed = NULL WHERE id LIKE '%1'"))
+    fast = _sql.load_horde(engine, NOW.timestamp())
+    generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
+    assert len(fast.requests) > 500 and len(fast.rejected) >= 11
+    assert {"r-odd-2", "r-odd-4", "r-odd-5", "w-neg-threads", "j2"} <= {e.id for e in fast.rejected}
+    _same_snapshot(fast, generic)
+
+    # Types the fast path has no NumPy parser for go through psycopg's
+    # loaders (numeric) or the other timestamp type, with the same result.
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE workers ALTER COLUMN speed TYPE numeric"))
+        conn.execute(sa.text("ALTER TABLE workers ALTER COLUMN threads TYPE integer"))
+        conn.execute(sa.text("ALTER TABLE processing_gens ALTER COLUMN started TYPE timestamp "
+                             "USING started AT TIME ZONE 'UTC'"))
+    # Fails if the fast path quietly fell back to the generic one.
+    monkeypatch.setattr(_sql._GenericFetch, "main", None)
+    fast = _sql.load_horde(engine, NOW.timestamp())
+    monkeypatch.undo()
+    _same_snapshot(fast, _sql.load_horde(engine, NOW.timestamp(), fast=False))
+
+
+def test_pg_epochs_round_once_like_postgresql() -> None:
+    import numpy as np
+
+    us = np.array([0, 123457, -1, 2**53, -(2**60), np.iinfo(np.int64).max, np.iinfo(np.int64).min])
+    got = _sql._pg_epochs(us)
+    want = [(int(u) + _sql._PG_EPOCH_US) / 1_000_000 for u in us[:5]] + [float("inf"), float("-inf")]
+    assert got.tolist() == want
+
+
+def test_fast_path_falls_back_and_leaves_the_transaction_as_it_was(pg_url: str) -> None:
+    # A time column of a type the fast path does not parse (date) sends the
+    # load to the generic path, in the caller's transaction, whose settings
+    # come back unchanged.
+    snap = horde(workers=20, requests=100, seed=2)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE processing_gens ALTER COLUMN started TYPE date"))
+    with engine.connect() as conn, conn.begin():
+        conn.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 3")
+        fast = _sql.load_horde(conn, snap.now)
+        assert conn.exec_driver_sql("SHOW max_parallel_workers_per_gather").scalar() == "3"
+        generic = _sql.load_horde(conn, snap.now, fast=False)
+    assert len(fast.jobs) == len(snap.jobs) > 0
+    _same_snapshot(fast, generic)
+
+
+@pytest.mark.parametrize("oid,fmt", [(1000, "?"), (1005, "h"), (1007, "i"), (1016, "q"), (1021, "f"), (1022, "d")])
+@pytest.mark.parametrize("p_null", [0.0, 0.3, 1.0])
+def test_binary_array_parse_with_and_without_nulls(oid: int, fmt: str, p_null: float) -> None:
+    import struct
+
+    import numpy as np
+
+    rng = np.random.default_rng(oid)
+    n = 500
+    values = rng.integers(-100, 100, n)
+    null = rng.random(n) < p_null
+    width = struct.calcsize(fmt)
+    parts = [struct.pack(">iiiii", 1, int(null.any()), 0, n, 1)]  # ndim, has-null, oid, length, lbound
+    for v, z in zip(values.tolist(), null.tolist()):
+        x = v > 0 if fmt == "?" else (float(v) if fmt in "fd" else v)
+        parts.append(struct.pack(">i", -1) if z else struct.pack(">i" + fmt, width, x))
+    got = _sql._parse_pg_array(b"".join(parts), oid)
+    assert got.null.tolist() == null.tolist()
+    assert got.values.tolist() == np.where(null, 0, values > 0 if fmt == "?" else values).tolist()

@@ -1,0 +1,270 @@
+"""Snapshot columns turned into the arrays the gates read, derived once per cycle.
+
+Effective speeds, speed floors, bridge capabilities, what an image request
+needs and what an image worker offers (as bit masks), model-set codes and
+queue positions: everything per row that later stages compare in bulk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+import numpy as np
+import pandas as pd
+
+from vecsched.core import rules
+from vecsched.snapshot.schema import SOURCE_PROCESSING, TEXT
+from vecsched.core.groups import set_codes
+from vecsched.snapshot.snapshot import ListColumn, Snapshot
+
+# What an image request may need of a worker, one bit each.
+NEED_BITS = (
+    "img2img",
+    "painting",
+    "post_processing",
+    "controlnet",
+    "lora",
+    "textual_inversion",
+    "hires_fix",
+    "tiling",
+    "transparent",
+    "extra_source_images",
+    "r2",
+)
+NEED = {name: np.uint16(1 << k) for k, name in enumerate(NEED_BITS)}
+
+
+@dataclass
+class WorkerArrays:
+    """Per-worker columns the gates read, derived once per snapshot."""
+
+    ids: np.ndarray
+    gentype: np.ndarray
+    online: np.ndarray
+    usable: np.ndarray
+    speed: np.ndarray  # effective: measured, or assumed when there are no samples
+    threads: np.ndarray
+    user: np.ndarray  # owner code, shared with request user codes
+    maintenance: np.ndarray
+    nsfw: np.ndarray
+    trusted: np.ndarray
+    model_set: np.ndarray
+    models: ListColumn
+    below_floor: np.ndarray
+    validated: np.ndarray
+    chat_mode: np.ndarray
+    max_length: np.ndarray
+    max_context_length: np.ndarray
+    chat_max_length: np.ndarray
+    chat_max_context_length: np.ndarray
+    max_pixels: np.ndarray
+    image_slow: np.ndarray
+    extra_slow: np.ndarray
+    has_bits: np.ndarray  # NEED bits this worker satisfies
+
+
+@dataclass
+class RequestArrays:
+    """Columns of the waiting requests only, in snapshot order."""
+
+    index: np.ndarray  # row in the snapshot's request table
+    ids: np.ndarray
+    user: np.ndarray
+    gentype: np.ndarray
+    priority: np.ndarray
+    created: np.ndarray
+    n: np.ndarray
+    jobs: np.ndarray
+    output: np.ndarray  # per job: tokens, or pixel-steps
+    model_set: np.ndarray
+    models: ListColumn
+    is_chat: np.ndarray
+    slow_workers: np.ndarray
+    trusted_workers: np.ndarray
+    nsfw: np.ndarray
+    validated_backends: np.ndarray
+    max_length: np.ndarray
+    max_context_length: np.ndarray
+    pixels: np.ndarray
+    extra_slow_workers: np.ndarray
+    need_bits: np.ndarray
+    targets: ListColumn  # worker row indices, -1 for ids not in the snapshot
+    blacklist: np.ndarray
+
+
+def worker_arrays(snapshot: Snapshot, user_codes: np.ndarray) -> WorkerArrays:
+    """Per-worker gate inputs of ``snapshot``; ``user_codes`` are the owners' codes."""
+    w = snapshot.workers
+    n = len(w)
+    gentype = w.gentype
+    online = (snapshot.now - w.last_check_in) <= rules.ONLINE_WINDOW_SECONDS
+    assumed = np.where(gentype == TEXT, rules.ASSUMED_TEXT_SPEED, rules.ASSUMED_IMAGE_SPEED)
+    speed = np.where(np.isnan(w.speed), assumed, w.speed)
+
+    vocab = snapshot.model_names
+    params = rules.text_model_parameters()
+    vocab_params = np.fromiter((params.get(name, 0.0) for name in vocab), dtype=np.float64, count=len(vocab))
+    inpainting = rules.inpainting_models()
+    vocab_inpaint = np.fromiter((name in inpainting for name in vocab), dtype=bool, count=len(vocab))
+
+    models: ListColumn = w.models
+    # The speed floor follows the size of the first model a worker advertises.
+    has_models = models.lengths > 0
+    first_params = np.zeros(n)
+    first_params[has_models] = vocab_params[models.values[models.offsets[:-1][has_models]]]
+    below_floor = speed < rules.text_speed_floor(first_params)
+
+    names, versions = rules.parse_bridge_agents(w.bridge_agent)
+    validated = np.isin(names, list(rules.VALIDATED_TEXT_BRIDGES))
+    cap_by_version = np.array([rules.bridge_capabilities(rules.IMAGE_BRIDGE, v) for v in range(10)], dtype=np.uint16)
+    caps = np.where(names == rules.IMAGE_BRIDGE, cap_by_version[np.clip(versions, 0, 9)], 0).astype(np.uint16)
+
+    can_paint = np.zeros(n, dtype=bool)
+    if len(models.values):
+        can_paint = np.bincount(models.owners(), weights=vocab_inpaint[models.values], minlength=n) > 0
+
+    def cap(name: str) -> np.ndarray:
+        return (caps & rules.CAP[name]) != 0
+
+    has = np.zeros(n, dtype=np.uint16)
+    for need, ok in (
+        ("img2img", w.allow_img2img & cap("img2img")),
+        ("painting", w.allow_painting & cap("inpainting") & can_paint),
+        ("post_processing", w.allow_post_processing & cap("post_processing")),
+        ("controlnet", w.allow_controlnet & cap("controlnet")),
+        ("lora", w.allow_lora & cap("lora")),
+        ("textual_inversion", cap("textual_inversion")),
+        ("hires_fix", cap("hires_fix")),
+        ("tiling", cap("tiling")),
+        ("transparent", w.allow_sdxl_controlnet & cap("layer_diffuse")),
+        ("extra_source_images", cap("extra_source_images")),
+        ("r2", cap("r2")),
+    ):
+        has |= np.where(ok, NEED[need], 0).astype(np.uint16)
+
+    return WorkerArrays(
+        ids=w.id,
+        gentype=gentype,
+        online=online,
+        usable=online & ~w.paused,
+        speed=speed,
+        threads=w.threads.astype(np.int64),
+        user=user_codes,
+        maintenance=w.maintenance,
+        nsfw=w.nsfw,
+        trusted=w.owner_trusted,
+        model_set=set_codes(models, len(vocab)),
+        models=models,
+        below_floor=below_floor,
+        validated=validated,
+        chat_mode=w.chat_mode,
+        max_length=w.max_length.astype(np.int64),
+        max_context_length=w.max_context_length.astype(np.int64),
+        chat_max_length=w.chat_max_length.astype(np.int64),
+        chat_max_context_length=w.chat_max_context_length.astype(np.int64),
+        max_pixels=w.max_pixels.astype(np.int64),
+        image_slow=speed < rules.IMAGE_SLOW_SPEED,
+        extra_slow=w.extra_slow_worker,
+        has_bits=has,
+    )
+
+
+def request_arrays(snapshot: Snapshot, user_codes: np.ndarray, worker_index: pd.Index) -> RequestArrays:
+    """Gate inputs of the waiting requests of ``snapshot`` (``user_codes`` for every request row).
+
+    Targeted worker ids become rows of ``worker_index`` (-1 for ids not in it).
+    """
+    r = snapshot.requests
+    waiting = r.active & ~r.faulted & (r.expiry > snapshot.now) & (r.n > 0)
+    rows = np.flatnonzero(waiting)
+    sub = r.take(rows)
+    gentype = sub.gentype
+    width = sub.width.astype(np.int64)
+    height = sub.height.astype(np.int64)
+    pixels = width * height
+    output = np.where(gentype == TEXT, sub.max_length.astype(np.int64), pixels * sub.steps.astype(np.int64))
+
+    processing = sub.source_processing
+    painting = (processing == SOURCE_PROCESSING.index("inpainting")) | (
+        processing == SOURCE_PROCESSING.index("outpainting")
+    )
+    need = np.zeros(len(rows), dtype=np.uint16)
+    for name, used in (
+        ("img2img", sub.source_image | (processing != SOURCE_PROCESSING.index("txt2img"))),
+        ("painting", painting),
+        ("post_processing", sub.post_processing > 0),
+        ("controlnet", sub.control_type),
+        ("lora", sub.loras),
+        ("textual_inversion", sub.tis),
+        ("hires_fix", sub.hires_fix),
+        ("tiling", sub.tiling),
+        ("transparent", sub.transparent),
+        ("extra_source_images", sub.extra_source_images),
+        ("r2", sub.r2),
+    ):
+        need |= np.where(used, NEED[name], 0).astype(np.uint16)
+
+    target_ids: ListColumn = sub.worker_ids
+    target_rows = worker_index.get_indexer(target_ids.values) if len(target_ids.values) else np.zeros(0, dtype=np.int64)
+    return RequestArrays(
+        index=rows,
+        ids=sub.id,
+        user=user_codes[rows],
+        gentype=gentype,
+        priority=sub.extra_priority.astype(np.int64),
+        created=sub.created,
+        n=sub.n.astype(np.int64),
+        jobs=sub.jobs.astype(np.int64),
+        output=output,
+        model_set=set_codes(sub.models, len(snapshot.model_names)),
+        models=sub.models,
+        is_chat=sub.is_chat,
+        slow_workers=sub.slow_workers,
+        trusted_workers=sub.trusted_workers,
+        nsfw=sub.nsfw,
+        validated_backends=sub.validated_backends,
+        max_length=sub.max_length.astype(np.int64),
+        max_context_length=sub.max_context_length.astype(np.int64),
+        pixels=pixels,
+        extra_slow_workers=sub.extra_slow_workers,
+        need_bits=need,
+        targets=ListColumn(target_ids.offsets, np.asarray(target_rows, dtype=np.int64)),
+        blacklist=sub.worker_blacklist,
+    )
+
+
+def queue_positions(priority: np.ndarray, created: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each request's place in queue order (priority desc, created asc, id asc)."""
+    n = len(priority)
+    order = np.lexsort((created, -priority))
+    if n > 1:
+        p, c = priority[order], created[order]
+        tied = (p[1:] == p[:-1]) & (c[1:] == c[:-1])
+        if tied.any():
+            # Only rows that tie on (priority, created) need their ids compared;
+            # comparing strings for every row would dominate the sort.
+            run = np.concatenate([[0], np.cumsum(~tied)])
+            in_tie = np.zeros(n, dtype=bool)
+            in_tie[1:] |= tied
+            in_tie[:-1] |= tied
+            where = np.flatnonzero(in_tie)
+            tied_ids = np.asarray(ids[order[where]].tolist(), dtype=str)
+            _, id_rank = np.unique(tied_ids, return_inverse=True)
+            resorted = where[np.lexsort((id_rank, run[where]))]
+            order[where] = order[resorted]
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    return position
+
+
+ArraysT = TypeVar("ArraysT", WorkerArrays, RequestArrays)
+
+
+def take_rows(arrays: ArraysT, rows: np.ndarray) -> ArraysT:
+    """The same kind of arrays, restricted to ``rows`` (indices or a mask)."""
+    values = {}
+    for f in fields(arrays):
+        value = getattr(arrays, f.name)
+        values[f.name] = value.take(rows) if isinstance(value, ListColumn) else value[rows]
+    return type(arrays)(**values)

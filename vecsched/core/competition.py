@@ -1,0 +1,274 @@
+"""Competition (SPEC.md section 5): what waits ahead of each request that its workers could take.
+
+Request j competes with i when j is ahead of i and its signature is one that
+i's eligible workers could take. Requests whose workers could take the same
+signatures form a *competition class*. For a member at queue position p we
+need, over the class's signatures, the number, jobs and work of the requests
+before p.
+
+For each (class, signature) pair the cheaper side is walked:
+
+* a signature with fewer requests than the class has members contributes its
+  requests to a per-class list, sorted once, that members search;
+* otherwise each member searches the signature's own prefix sums.
+
+So a pair costs ``min(requests of the signature, members of the class)``.
+Where a class could take nearly everything, it is answered as "everything
+ahead, less what it could not take", which walks the (small) complement.
+Takeable sets stay bit-packed and are unpacked a block of classes at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vecsched.core.groups import pack_words, unpack_words
+
+# Elements per temporary block (pairs, entries, unpacked rows).
+BLOCK = 1 << 22
+
+
+def competition(
+    position: np.ndarray,
+    signature: np.ndarray,
+    competition_class: np.ndarray,
+    class_takeable: np.ndarray,
+    n_signatures: int,
+    jobs: np.ndarray,
+    work: np.ndarray,
+    members: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, jobs and work of the competing requests ahead of each of ``members``.
+
+    Parameters
+    ----------
+    position, signature, jobs, work : ndarray
+        One entry per queued request of one gentype (positions: any
+        order-preserving numbers, distinct).
+    competition_class : ndarray
+        The class of each of ``members``.
+    class_takeable : ndarray of uint64, shape (classes, words)
+        Bit-packed (see :func:`vecsched.core.groups.pack_words`): the signatures
+        each class could take.
+    n_signatures : int
+        How many signatures the packed rows hold.
+    members : ndarray
+        Indices (into the queued requests) of the requests to answer for.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from vecsched.core.groups import pack_words
+    >>> count, jobs, work = competition(
+    ...     position=np.array([0, 1, 2]), signature=np.array([0, 1, 0]),
+    ...     competition_class=np.array([0]), class_takeable=pack_words(np.array([[True, False]])),
+    ...     n_signatures=2, jobs=np.array([1, 1, 1]), work=np.array([10, 20, 30]),
+    ...     members=np.array([2]))
+    >>> int(count[0]), int(jobs[0]), int(work[0])
+    (1, 1, 10)
+    """
+    n = len(position)
+    out = tuple(np.zeros(len(members), dtype=np.int64) for _ in range(3))
+    if n == 0 or len(members) == 0:
+        return out  # type: ignore[return-value]
+    # Ranks 0..n-1 in queue order, so positions index arrays.
+    by_position = np.argsort(position, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_position] = np.arange(n)
+    at = rank[members]
+    stride = n + 1
+
+    # Requests sorted by (signature, rank), with per-signature prefix sums.
+    by_sig = np.lexsort((rank, signature))
+    sig_sorted_key = signature[by_sig].astype(np.int64) * stride + rank[by_sig]
+    sig_cum_jobs = np.r_[0, np.cumsum(jobs[by_sig])]
+    sig_cum_work = np.r_[0, np.cumsum(work[by_sig])]
+    sig_start = np.searchsorted(signature[by_sig], np.arange(n_signatures + 1))
+    sig_size = np.diff(sig_start)
+
+    # Each class is answered as an *anchor* plus a difference: the anchor's
+    # counts come from one pass over the queue, the difference is walked per
+    # signature. Anchors "nothing" and "everything" give the direct and the
+    # complement walks; a few more, drawn from the classes, cut the walk where
+    # many classes take nearly the same signatures.
+    anchors, anchor_of = _choose_anchors(class_takeable, n_signatures, n)
+    renumber = np.argsort(anchor_of, kind="stable")
+    new_id = np.empty_like(renumber)
+    new_id[renumber] = np.arange(len(renumber))
+    class_takeable, anchor_of = class_takeable[renumber], anchor_of[renumber]
+    competition_class = new_id[competition_class]
+
+    n_classes = len(class_takeable)
+    class_size = np.bincount(competition_class, minlength=n_classes)
+    class_last = np.zeros(n_classes, dtype=np.int64)
+    np.maximum.at(class_last, competition_class, at)
+    sig_first_rank = np.full(n_signatures, n, dtype=np.int64)
+    present = sig_size > 0
+    sig_first_rank[present] = rank[by_sig][sig_start[:-1][present]]
+    # Members grouped by class, in queue order within a class.
+    by_class = np.lexsort((at, competition_class))
+    class_start = np.r_[0, np.cumsum(class_size)]
+    sig_in_order = signature[by_position]
+    weights_in_order = (jobs[by_position], work[by_position])
+
+    step = max(1, BLOCK // max(n_signatures, 1))
+    anchor_bounds = np.searchsorted(anchor_of, np.arange(len(anchors) + 1))
+    for k, anchor in enumerate(anchors):
+        lo, hi = anchor_bounds[k], anchor_bounds[k + 1]
+        if lo == hi:
+            continue
+        base = _prefix_counts(unpack_words(anchor[None, :], n_signatures)[0], sig_in_order, weights_in_order)
+        for first in range(lo, hi, step):
+            classes = np.arange(first, min(first + step, hi))
+            words = class_takeable[classes]
+            block_members = by_class[class_start[classes[0]] : class_start[classes[-1] + 1]]
+            local = np.full(len(members), -1, dtype=np.int64)
+            local[block_members] = np.arange(len(block_members))
+            ahead = at[block_members]
+            result = np.stack([base[0][ahead], base[1][ahead], base[2][ahead]])
+            for sign, walk_words in ((1, words & ~anchor), (-1, anchor & ~words)):
+                pair_class, pair_sig = np.nonzero(unpack_words(walk_words, n_signatures))
+                pair_class = classes[pair_class]
+                # A signature whose first request comes after a class's last member adds nothing.
+                useful = sig_first_rank[pair_sig] < class_last[pair_class]
+                pair_class, pair_sig = pair_class[useful], pair_sig[useful]
+                small = sig_size[pair_sig] <= class_size[pair_class]
+                sums = np.zeros((3, len(block_members)), dtype=np.int64)
+                _sum_small(
+                    pair_class[small], pair_sig[small], sig_start, by_sig, rank, jobs, work,
+                    by_class, class_start, at, stride, local, sums,
+                )
+                _sum_large(
+                    pair_class[~small], pair_sig[~small], by_class, class_start, at, stride,
+                    sig_sorted_key, sig_start, sig_cum_jobs, sig_cum_work, local, sums,
+                )
+                result += sign * sums
+            for j in range(3):
+                out[j][block_members] = result[j]
+    return out  # type: ignore[return-value]
+
+
+MAX_ANCHORS = 128
+
+
+def _choose_anchors(class_takeable: np.ndarray, n_signatures: int, queue_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Anchor rows (packed) and each class's nearest anchor (fewest differing signatures).
+
+    Rows 0 and 1 are "nothing" and "everything". Further anchors are classes
+    drawn with probability proportional to their current distance (as in
+    k-means++ seeding, from a fixed seed; results never depend on it, only
+    speed); drawing stops when an anchor would save less walking than the
+    pass over the queue it costs.
+    """
+    n_words = class_takeable.shape[1]
+    everything = np.zeros((1, n_words), dtype=np.uint64)
+    everything[:] = _all_ones(n_signatures, n_words)
+    anchors = [np.zeros(n_words, dtype=np.uint64), everything[0]]
+    taken = np.bitwise_count(class_takeable).sum(axis=1, dtype=np.int64)
+    best = np.minimum(taken, n_signatures - taken)
+    anchor_of = np.where(taken <= n_signatures - taken, 0, 1).astype(np.int64)
+    rng = np.random.default_rng(20261129)
+    while len(anchors) < MAX_ANCHORS and best.sum() > 0:
+        pick = int(rng.choice(len(best), p=best / best.sum()))
+        distance = np.bitwise_count(class_takeable ^ class_takeable[pick]).sum(axis=1, dtype=np.int64)
+        closer = distance < best
+        # An anchor's pass over the queue costs a few vector operations per
+        # request, a walked pair several times more: it pays above n / 8 pairs.
+        if int((best - distance)[closer].sum()) * 8 < queue_length:
+            break
+        anchor_of[closer] = len(anchors)
+        best = np.where(closer, distance, best)
+        anchors.append(class_takeable[pick].copy())
+    return np.array(anchors), anchor_of
+
+
+def _all_ones(n_bits: int, n_words: int) -> np.ndarray:
+    """Packed words with the first ``n_bits`` bits set."""
+    return pack_words(np.ones((1, n_bits), dtype=bool))[0][:n_words] if n_bits else np.zeros(n_words, np.uint64)
+
+
+def _prefix_counts(
+    takeable: np.ndarray, sig_in_order: np.ndarray, weights_in_order: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, jobs and work of the takeable requests before each rank (length n + 1)."""
+    takes = takeable[sig_in_order]
+    count = np.r_[0, np.cumsum(takes, dtype=np.int64)]
+    jobs = np.r_[0, np.cumsum(np.where(takes, weights_in_order[0], 0), dtype=np.int64)]
+    work = np.r_[0, np.cumsum(np.where(takes, weights_in_order[1], 0), dtype=np.int64)]
+    return count, jobs, work
+
+
+def _sum_small(
+    pair_class: np.ndarray,
+    pair_sig: np.ndarray,
+    sig_start: np.ndarray,
+    by_sig: np.ndarray,
+    rank: np.ndarray,
+    jobs: np.ndarray,
+    work: np.ndarray,
+    by_class: np.ndarray,
+    class_start: np.ndarray,
+    at: np.ndarray,
+    stride: int,
+    local: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Pairs whose signature is smaller than the class: list the signature's requests per class."""
+    if len(pair_class) == 0:
+        return
+    sizes = sig_start[pair_sig + 1] - sig_start[pair_sig]
+    entry_class = np.repeat(pair_class, sizes)
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    entry = by_sig[np.repeat(sig_start[pair_sig] - offsets, sizes) + np.arange(int(sizes.sum()))]
+    key = entry_class * stride + rank[entry]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    cum_jobs = np.r_[0, np.cumsum(jobs[entry][order])]
+    cum_work = np.r_[0, np.cumsum(work[entry][order])]
+    classes = np.unique(pair_class)
+    who = _members_of(classes, by_class, class_start)
+    member_class = np.repeat(classes, class_start[classes + 1] - class_start[classes])
+    found = np.searchsorted(key, member_class * stride + at[who])
+    begin = np.searchsorted(key, member_class * stride)
+    where = local[who]
+    sums[0, where] += found - begin
+    sums[1, where] += cum_jobs[found] - cum_jobs[begin]
+    sums[2, where] += cum_work[found] - cum_work[begin]
+
+
+def _sum_large(
+    pair_class: np.ndarray,
+    pair_sig: np.ndarray,
+    by_class: np.ndarray,
+    class_start: np.ndarray,
+    at: np.ndarray,
+    stride: int,
+    sig_sorted_key: np.ndarray,
+    sig_start: np.ndarray,
+    sig_cum_jobs: np.ndarray,
+    sig_cum_work: np.ndarray,
+    local: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Pairs whose class is smaller than the signature: each member searches the signature."""
+    if len(pair_class) == 0:
+        return
+    sizes = class_start[pair_class + 1] - class_start[pair_class]
+    total = int(sizes.sum())
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    who = by_class[np.repeat(class_start[pair_class] - offsets, sizes) + np.arange(total)]
+    sig = np.repeat(pair_sig, sizes)
+    found = np.searchsorted(sig_sorted_key, sig * stride + at[who])
+    begin = sig_start[sig]
+    where = local[who]
+    for k, values in enumerate(
+        (found - begin, sig_cum_jobs[found] - sig_cum_jobs[begin], sig_cum_work[found] - sig_cum_work[begin])
+    ):
+        sums[k] += np.bincount(where, weights=values, minlength=sums.shape[1]).astype(np.int64)
+
+
+def _members_of(classes: np.ndarray, by_class: np.ndarray, class_start: np.ndarray) -> np.ndarray:
+    """The members of ``classes`` (sorted class codes), grouped by class."""
+    sizes = class_start[classes + 1] - class_start[classes]
+    offsets = np.r_[0, np.cumsum(sizes)[:-1]]
+    return by_class[np.repeat(class_start[classes] - offsets, sizes) + np.arange(int(sizes.sum()))]

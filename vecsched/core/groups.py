@@ -1,0 +1,172 @@
+"""Grouping helpers: rows that behave alike get one code, computed without Python loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from vecsched.snapshot.snapshot import ListColumn
+
+
+def factorize_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Code each row by the tuple of its values in ``columns``.
+
+    Returns ``(codes, first)``: ``codes[i]`` is the group of row ``i`` (0..G-1,
+    numbered by first appearance) and ``first[g]`` a row of group ``g``.
+    Columns must be integer-like (bool, int, or float without NaN).
+    """
+    n = len(columns[0]) if columns else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    combined = np.zeros(n, dtype=np.int64)
+    cardinality = 1
+    for col in columns:
+        codes, uniques = pd.factorize(col, sort=False)
+        size = max(len(uniques), 1)
+        if cardinality * size >= 2**62:
+            # Re-number the combination so far before it could overflow.
+            combined, kept = pd.factorize(combined, sort=False)
+            combined = combined.astype(np.int64)
+            cardinality = max(len(kept), 1)
+        combined = combined * size + codes
+        cardinality *= size
+    codes, uniques = pd.factorize(combined, sort=False)
+    codes = codes.astype(np.int64)
+    first = np.full(len(uniques), -1, dtype=np.int64)
+    # Reversed assignment leaves the smallest row index for each code.
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)
+    return codes, first
+
+
+def set_codes(lists: ListColumn, vocabulary_size: int) -> np.ndarray:
+    """A code per row that is equal exactly when two rows hold the same set of values.
+
+    Order and repeats inside a row do not matter. Sets are compared through two
+    independent 64-bit sums of random keys plus the set size; two different
+    sets collide with probability about 2**-128, which we accept in place of
+    an exact but per-row (Python) comparison. The empty set gets code 0.
+    """
+    n = len(lists)
+    values = lists.values.astype(np.int64, copy=False)
+    owners = lists.owners()
+    # Drop repeats within a row so that ["a", "a"] is the set {"a"}.
+    order = np.lexsort((values, owners))
+    values, owners = values[order], owners[order]
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = (values[1:] != values[:-1]) | (owners[1:] != owners[:-1])
+    values, owners = values[keep], owners[keep]
+    rng = np.random.default_rng(0x5EED_CAFE)
+    key_a = rng.integers(1, 2**63, size=max(vocabulary_size, 1), dtype=np.int64).view(np.uint64)
+    key_b = rng.integers(1, 2**63, size=max(vocabulary_size, 1), dtype=np.int64).view(np.uint64)
+    hash_a = np.zeros(n, dtype=np.uint64)
+    hash_b = np.zeros(n, dtype=np.uint64)
+    _add_sorted(hash_a, owners, key_a[values])
+    _add_sorted(hash_b, owners, key_b[values])
+    sizes = np.bincount(owners, minlength=n)
+    codes, _ = factorize_rows(sizes, hash_a.view(np.int64), hash_b.view(np.int64))
+    # Code 0 is kept for the empty set so callers can test ``== 0``; it may
+    # leave one unused code, which is harmless.
+    codes = codes + 1
+    codes[sizes == 0] = 0
+    return codes
+
+
+def _add_sorted(out: np.ndarray, owners: np.ndarray, keys: np.ndarray) -> None:
+    """``out[owners] += keys`` with wrap-around, faster than ``np.add.at`` on big inputs.
+
+    ``owners`` must be sorted (it is, after the lexsort in :func:`set_codes`).
+    """
+    if len(owners) == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    sums = np.add.reduceat(keys, starts)
+    out[owners[starts]] += sums
+
+
+def overlap_matrix(left: ListColumn, right: ListColumn, vocabulary_size: int) -> np.ndarray:
+    """``out[a, b]``: list ``a`` of ``left`` shares at least one value with list ``b`` of ``right``.
+
+    Two ways, whichever costs less: a join on the shared values (cost: the
+    number of overlapping pairs), or a float32 product of the two incidence
+    matrices restricted to values both sides use (cost: rows x columns x
+    values). Counts stay exact in float32 (below 2**24).
+    """
+    out = np.zeros((len(left), len(right)), dtype=bool)
+    if len(left.values) == 0 or len(right.values) == 0:
+        return out
+    lv, rv = left.values.astype(np.int64), right.values.astype(np.int64)
+    l_count = np.bincount(lv, minlength=vocabulary_size)
+    r_count = np.bincount(rv, minlength=vocabulary_size)
+    join_cost = float(np.dot(l_count.astype(np.float64), r_count))
+    shared = np.flatnonzero((l_count > 0) & (r_count > 0))
+    # A BLAS multiply-add costs far less than one scattered write of the join.
+    product_cost = float(len(left)) * len(right) * len(shared) / 256
+    if product_cost < join_cost:
+        column = np.full(vocabulary_size, -1, dtype=np.int64)
+        column[shared] = np.arange(len(shared))
+        incidence = []
+        for lists, values in ((left, lv), (right, rv)):
+            m = np.zeros((len(lists), len(shared)), dtype=np.float32)
+            keep = column[values] >= 0
+            m[lists.owners()[keep], column[values[keep]]] = 1.0
+            incidence.append(m)
+        step = max(1, (1 << 24) // max(len(right), 1))
+        for a in range(0, len(left), step):
+            out[a : a + step] = (incidence[0][a : a + step] @ incidence[1].T) > 0
+        return out
+    lo = left.owners()
+    ro = right.owners()
+    r_order = np.argsort(rv, kind="stable")
+    rv, ro = rv[r_order], ro[r_order]
+    r_start = np.searchsorted(rv, np.arange(vocabulary_size + 1))
+    partners = r_start[lv + 1] - r_start[lv]
+    # Chunk the join so its temporary arrays stay bounded.
+    chunk = 1 << 24
+    cum = np.cumsum(partners)
+    begin = 0
+    while begin < len(lv):
+        end = int(np.searchsorted(cum, (cum[begin - 1] if begin else 0) + chunk, side="right"))
+        end = max(end, begin + 1)
+        p = partners[begin:end]
+        n_pairs = int(p.sum())
+        if n_pairs:
+            left_rows = np.repeat(lo[begin:end], p)
+            base = np.repeat(r_start[lv[begin:end]] - np.concatenate([[0], np.cumsum(p)[:-1]]), p)
+            right_rows = ro[np.arange(n_pairs) + base]
+            out[left_rows, right_rows] = True
+        begin = end
+    return out
+
+
+def pack_words(matrix: np.ndarray) -> np.ndarray:
+    """Pack a boolean matrix's rows into 64-bit words (row ``i`` -> ``ceil(cols/64)`` words).
+
+    OR-ing packed words handles 64 columns per operation; unpack with
+    :func:`unpack_words`.
+    """
+    rows, cols = matrix.shape
+    n_bytes = -(-max(cols, 1) // 64) * 8
+    packed = np.zeros((rows, n_bytes), dtype=np.uint8)
+    packed[:, : -(-cols // 8)] = np.packbits(matrix, axis=1)
+    return packed.view(np.uint64)
+
+
+def unpack_words(words: np.ndarray, cols: int) -> np.ndarray:
+    """The boolean matrix of :func:`pack_words`."""
+    return np.unpackbits(words.view(np.uint8), axis=1, count=cols).astype(bool)
+
+
+def or_by_segments(words: np.ndarray, segment_starts: np.ndarray) -> np.ndarray:
+    """OR of consecutive row runs of ``words``; run ``k`` starts at ``segment_starts[k]``."""
+    if len(words) == 0:
+        return np.zeros((0, words.shape[1]), dtype=words.dtype)
+    return np.bitwise_or.reduceat(words, segment_starts, axis=0)
+
+
+def unique_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)``: a row index per distinct row, and each row's distinct-row number."""
+    if len(words) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    as_bytes = np.ascontiguousarray(words).view(np.dtype((np.void, words.shape[1] * words.itemsize))).ravel()
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    return first, inverse.ravel()

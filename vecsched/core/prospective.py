@@ -1,0 +1,236 @@
+"""What a request that does not exist yet would be told (SPEC.md section 6).
+
+The free output allowance is decided before a request is created, so it must
+be answered from what the last cycle published, with no database query. Each
+cycle therefore publishes a compact *prospective state*, taken from the
+batch's own intermediate results: the usable workers' arrays; per gentype, the
+signatures each worker take class could take; and the waiting queue reduced
+to totals per (signature, priority).
+
+An answer evaluates the one request against the workers with the very same
+:func:`~vecsched.core.eligibility.eligibility` as the batch, ORs the rows of the
+take classes among its eligible workers, and sums the queued totals of those
+signatures at a priority at least its own (an equal priority, created
+earlier, is ahead). A request created right after the answer therefore gets
+the same ``ahead_wait`` from its first cycle, up to what changed in the queue.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import fields
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from vecsched.core.arrays import WorkerArrays, request_arrays, take_rows, worker_arrays
+from vecsched.snapshot.schema import GENTYPES, RowError
+from vecsched.core.eligibility import eligibility
+from vecsched.core.result import Estimates
+from vecsched.core.groups import factorize_rows, or_by_segments, set_codes, unpack_words
+from vecsched.snapshot.snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
+
+STATE_VERSION = 2
+_LIST_FIELDS = ("models",)
+
+
+class ProspectiveState:
+    """The published inputs of a prospective answer; build once per cycle, read many times."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self.now = float(arrays["now"][()])
+        self.vocabulary = {name: code for code, name in enumerate(arrays["vocabulary"].tolist())}
+        self.users = {name: code for code, name in enumerate(arrays["users"].tolist())}
+        self.worker_index = pd.Index(arrays["worker_ids"].astype(object))
+        self.workers = _unpack(WorkerArrays, arrays, "w_")
+
+    def to_bytes(self) -> bytes:
+        """The state as ``.npz`` bytes (no pickled objects), as a cycle publishes it."""
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.arrays)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "ProspectiveState":
+        """Parse published bytes; a state of another format version is refused."""
+        with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+        if int(arrays["version"][()]) != STATE_VERSION:
+            raise ValueError(f"prospective state version {int(arrays['version'][()])}, expected {STATE_VERSION}")
+        return cls(arrays)
+
+
+def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = None) -> bytes:
+    """The bytes a cycle publishes so that :func:`answer_prospective` needs no database.
+
+    ``estimates`` must be the batch's estimate of ``snapshot`` (computed here
+    when not given); its intermediate results are reused, not recomputed.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> from vecsched.core.prospective import answer_prospective, build_prospective_state
+    >>> snap = vecsched.load_snapshot({
+    ...     "format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
+    ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,
+    ...                  "last_check_in": "2026-11-29T11:59:30Z", "models": ["m"]}],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "max_length": 200, "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z", "models": ["m"]}]})
+    >>> state = build_prospective_state(snap)
+    >>> answer_prospective(state, {"gentype": "text", "models": ["m"], "max_length": 100})
+    {'eligible_workers': 1, 'eligible_worker_threads': 1, 'ahead_wait': 10.0, 'queue_position': 1}
+    """
+    if estimates is None:
+        from vecsched.core.estimate import estimate
+
+        estimates = estimate(snapshot)
+    w, r = snapshot.workers, snapshot.requests
+    users, user_codes = _user_codes(w.user_id, r.user_id)
+    wk = worker_arrays(snapshot, user_codes[: len(w)])
+    wk = take_rows(wk, np.flatnonzero(wk.usable))
+    arrays: dict[str, np.ndarray] = {
+        "version": np.array(STATE_VERSION),
+        "now": np.array(snapshot.now),
+        "vocabulary": np.asarray(snapshot.model_names.tolist(), dtype=str),
+        "users": np.asarray(users, dtype=str),
+        "worker_ids": np.asarray(wk.ids.tolist(), dtype=str),
+        # Which gentypes get eligibility-aware waits (image only when the cycle asked).
+        "aware_text": np.array(True),
+        "aware_image": np.array(estimates.options.eligible_image_wait),
+    }
+    arrays.update(_pack(wk, "w_"))
+    waiting = snapshot.requests.take(estimates.request_index)
+    for name, part in estimates.extras.items():
+        rows = part["rows"]
+        priority = waiting.extra_priority[rows].astype(np.int64)
+        n = waiting.n[rows].astype(np.int64)
+        # Queued totals per (signature, priority level).
+        level, level_first = factorize_rows(part["signature"], priority)
+        output = np.where(
+            name == "text",
+            waiting.max_length[rows].astype(np.int64),
+            waiting.width[rows].astype(np.int64) * waiting.height[rows] * waiting.steps[rows],
+        )
+        level_work = np.bincount(level, weights=n * output, minlength=len(level_first)).astype(np.int64)
+        arrays.update(
+            {
+                f"{name}_n_signatures": np.array(part["n_signatures"]),
+                f"{name}_class_rows": part["class_rows"],
+                f"{name}_worker_class": part["worker_class"],
+                f"{name}_level_signature": part["signature"][level_first],
+                f"{name}_level_priority": priority[level_first],
+                f"{name}_level_count": np.bincount(level, minlength=len(level_first)).astype(np.int64),
+                f"{name}_level_jobs": np.bincount(level, weights=n, minlength=len(level_first)).astype(np.int64),
+                f"{name}_level_work": level_work,
+            }
+        )
+    return ProspectiveState(arrays).to_bytes()
+
+
+def answer_prospective(
+    state: bytes | ProspectiveState, request: Mapping[str, Any], now: float | None = None
+) -> dict[str, Any]:
+    """Eligible workers, threads and ``ahead_wait`` for a request queued now.
+
+    ``request`` uses the request keys of the snapshot format (``gentype``,
+    ``models``, ``max_length``, ``is_chat``, ``extra_priority``, gates,
+    ``worker_ids``...); ``id``, ``n`` and times are not needed. ``ahead_wait``
+    is None when no thread is eligible (the allowance then takes its floor),
+    and for image unless the cycle ran with eligibility-aware image waits.
+    """
+    st = state if isinstance(state, ProspectiveState) else ProspectiveState.from_bytes(state)
+    now = st.now if now is None else float(now)
+    row = dict(request)
+    row.setdefault("id", "prospective")
+    row.setdefault("user_id", "")
+    row["n"] = 1  # the answer does not depend on the request's own size
+    errors: list[RowError] = []
+    times = {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}
+    cols = _columns_from_records("requests", [row | times], errors)
+    single = Snapshot.from_columns(now, {}, cols, rejected=errors)
+    if single.rejected:
+        raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")
+    user_code = np.array([st.users.get(single.requests.user_id[0], -1)], dtype=np.int64)
+    mine = request_arrays(single, user_code, st.worker_index)
+    # Model codes must be the published vocabulary's; names nobody serves get fresh codes.
+    names = single.model_names[mine.models.values].tolist()
+    extra: dict[str, int] = {}
+    codes = [st.vocabulary[nm] if nm in st.vocabulary else extra.setdefault(nm, len(st.vocabulary) + len(extra)) for nm in names]
+    mine.models = ListColumn(mine.models.offsets, np.asarray(codes, dtype=np.int64))
+    vocabulary_size = len(st.vocabulary) + len(extra)
+    mine.model_set = set_codes(mine.models, vocabulary_size)
+
+    gentype = int(mine.gentype[0])
+    name = GENTYPES[gentype]
+    elig = eligibility(
+        st.workers,
+        mine,
+        gentype,
+        (np.zeros(0, np.int64), np.zeros(0, np.int64)),
+        vocabulary_size,
+        with_competition=False,
+        every_request_special=True,
+    )
+    threads = int(elig.threads[0])
+    answer: dict[str, Any] = {"eligible_workers": int(elig.workers[0]), "eligible_worker_threads": threads}
+    if threads == 0 or not bool(st.arrays[f"aware_{name}"]):
+        answer["ahead_wait"] = None
+        return answer
+    a = st.arrays
+    if f"{name}_class_rows" not in a:  # nothing of this gentype is queued
+        answer.update(ahead_wait=0.0, queue_position=0)
+        return answer
+    # The signatures the request's eligible workers could take: OR of their classes' rows.
+    classes = np.unique(a[f"{name}_worker_class"][elig.eligible_workers[0]])
+    words = or_by_segments(a[f"{name}_class_rows"][classes], np.zeros(1, dtype=np.int64))
+    takeable = unpack_words(words, int(a[f"{name}_n_signatures"]))[0]
+    # Ahead: queued at a priority at least ours (equal priority was created earlier).
+    levels = takeable[a[f"{name}_level_signature"]] & (a[f"{name}_level_priority"] >= int(mine.priority[0]))
+    jobs_ahead = int(a[f"{name}_level_jobs"][levels].sum())
+    work_ahead = int(a[f"{name}_level_work"][levels].sum())
+    throughput = float(elig.throughput[0])
+    if jobs_ahead == 0:
+        ahead = 0.0
+    elif throughput == 0:
+        ahead = None
+    else:
+        ahead = work_ahead / (throughput * min(1.0, jobs_ahead / threads))
+    answer["ahead_wait"] = ahead
+    answer["queue_position"] = int(a[f"{name}_level_count"][levels].sum())
+    return answer
+
+
+def _user_codes(worker_users: np.ndarray, request_users: np.ndarray) -> tuple[list[str], np.ndarray]:
+    codes, uniques = pd.factorize(np.concatenate([worker_users, request_users]).astype(object))
+    return list(uniques), codes.astype(np.int64)
+
+
+def _pack(arrays: Any, prefix: str) -> dict[str, np.ndarray]:
+    out = {}
+    for f in fields(type(arrays)):
+        value = getattr(arrays, f.name)
+        if isinstance(value, ListColumn):
+            out[f"{prefix}{f.name}__offsets"] = value.offsets
+            out[f"{prefix}{f.name}__values"] = value.values.astype(np.int64)
+        elif value.dtype == object:
+            out[prefix + f.name] = np.asarray(value.tolist(), dtype=str)
+        else:
+            out[prefix + f.name] = value
+    return out
+
+
+def _unpack(kind: type, arrays: dict[str, np.ndarray], prefix: str) -> Any:
+    values = {}
+    for f in fields(kind):
+        if f.name in _LIST_FIELDS:
+            values[f.name] = ListColumn(arrays[f"{prefix}{f.name}__offsets"], arrays[f"{prefix}{f.name}__values"])
+        else:
+            value = arrays[prefix + f.name]
+            values[f.name] = value.astype(object) if value.dtype.kind == "U" else value
+    return kind(**values)
+
+
+__all__ = ["ProspectiveState", "answer_prospective", "build_prospective_state"]

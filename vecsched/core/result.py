@@ -1,0 +1,150 @@
+"""Every waiting request's figures, and the document they are published as."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vecsched.snapshot.schema import GENTYPES, RowError
+from vecsched.snapshot.snapshot import Snapshot, _iso
+
+FORMAT = "vecsched.estimates/1"
+
+# Per-request columns of :class:`Estimates`, in document order. Floats use NaN
+# for "unknown" (null in the document).
+INT_FIELDS = (
+    "eligible_workers",
+    "eligible_worker_threads",
+    "queue_position",
+    "horde_queue_position",
+    "waiting",
+    "processing",
+    "finished",
+    "restarted",
+)
+FLOAT_FIELDS = ("wait_time", "ahead_wait", "horde_wait_time")
+BOOL_FIELDS = ("is_possible", "fallback")
+FIELDS = (
+    "gentype",
+    "eligible_workers",
+    "eligible_worker_threads",
+    "is_possible",
+    "queue_position",
+    "wait_time",
+    "ahead_wait",
+    "horde_queue_position",
+    "horde_wait_time",
+    "fallback",
+    "waiting",
+    "processing",
+    "finished",
+    "restarted",
+)
+
+
+@dataclass(frozen=True)
+class EstimateOptions:
+    """How :func:`vecsched.estimate` computes; validated once, here.
+
+    Parameters
+    ----------
+    eligible_image_wait : bool, default False
+        Give image requests the eligibility-aware ``queue_position``,
+        ``wait_time`` and ``ahead_wait`` of text (SPEC section 5) instead of
+        the horde-wide figures.
+    """
+
+    eligible_image_wait: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.eligible_image_wait, bool):
+            raise TypeError("eligible_image_wait must be True or False")
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """The figures of every waiting request of one snapshot.
+
+    Arrays are aligned: entry ``k`` describes request ``request_id[k]``
+    (row ``request_index[k]`` of the snapshot's request table). Waiting
+    requests only, in snapshot order.
+
+    Attributes
+    ----------
+    columns : dict of str to ndarray
+        One array per name in :data:`FIELDS` (``gentype`` as ``int8`` codes;
+        floats with ``NaN`` for unknown).
+    horde : dict
+        Horde-wide totals per gentype (SPEC section 6).
+    timings : dict
+        Seconds spent per stage of the computation.
+    groups : dict
+        How many request groups, worker groups and competition classes the
+        grouping formed.
+    """
+
+    now: float
+    request_id: np.ndarray
+    request_index: np.ndarray
+    columns: dict[str, np.ndarray]
+    horde: dict[str, dict[str, float]]
+    options: EstimateOptions = field(default_factory=EstimateOptions)
+    timings: dict[str, float] = field(default_factory=dict)
+    groups: dict[str, int] = field(default_factory=dict)
+    rejected: tuple[RowError, ...] = ()
+    extras: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.request_id)
+
+    def __getattr__(self, key: str) -> np.ndarray:
+        columns = self.__dict__.get("columns", {})
+        if key in columns:
+            return columns[key]
+        raise AttributeError(key)
+
+    def to_frame(self) -> pd.DataFrame:
+        """A DataFrame indexed by request id, one column per figure (NaN: unknown)."""
+        data: dict[str, Any] = {}
+        for name in FIELDS:
+            values = self.columns[name]
+            if name == "gentype":
+                values = pd.Categorical.from_codes(values.astype(np.int64), categories=list(GENTYPES))
+            data[name] = values
+        return pd.DataFrame(data, index=pd.Index(self.request_id, name="id"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The estimates document of SNAPSHOT_FORMAT.md, ready for ``json.dumps``."""
+        names = list(FIELDS)
+        cols: list[list[Any]] = []
+        for name in names:
+            values = self.columns[name]
+            if name == "gentype":
+                cols.append([GENTYPES[g] for g in values.tolist()])
+            elif name in FLOAT_FIELDS:
+                cols.append([None if math.isnan(v) else v for v in values.tolist()])
+            else:
+                cols.append(values.tolist())
+        estimates = {
+            rid: dict(zip(names, row)) for rid, row in zip(self.request_id.tolist(), zip(*cols))
+        }
+        return {
+            "format": FORMAT,
+            "now": _iso(self.now),
+            "horde": self.horde,
+            "estimates": estimates,
+        }
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Serialise the estimates document; also write it to ``path`` if given."""
+        text = json.dumps(self.to_dict(), separators=(",", ":"))
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        return text

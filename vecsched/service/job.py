@@ -1,0 +1,296 @@
+"""The periodic job: load the horde, estimate, publish; one log line per cycle.
+
+The cycle takes its I/O as arguments (a loader, a store and a clock), so it
+can be run against SQLite, PostgreSQL, Redis or hand-built fakes alike, and
+the estimator in between stays pure.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from vecsched.snapshot.schema import RowError
+from vecsched.service.publish import Cycle, Store, encode_payloads
+from vecsched.snapshot.snapshot import Snapshot
+
+log = logging.getLogger("vecsched.job")
+
+DEFAULT_INTERVAL = 5.0
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did: stage times (seconds), counts, rejected rows, and the error if it failed.
+
+    ``superseded``: the cycle was written but a newer one was already current,
+    so nothing it computed was published (``published`` is 0; still ok).
+
+    Examples
+    --------
+    >>> CycleReport(0.0, ok=True, published=3).line()[:9]
+    'cycle ok '
+    """
+
+    cycle_time: float
+    ok: bool = False
+    load: float = 0.0
+    estimate: float = 0.0
+    publish: float = 0.0
+    workers: int = 0
+    requests: int = 0
+    jobs: int = 0
+    published: int = 0
+    superseded: bool = False
+    rejected: list[RowError] = field(default_factory=list)
+    error: str | None = None
+
+    def line(self) -> str:
+        """The one log line of the cycle.
+
+        Returns
+        -------
+        str
+
+        Examples
+        --------
+        >>> CycleReport(0.0, ok=True, superseded=True).line().split()[:2]
+        ['cycle', 'ok']
+        >>> "superseded" in CycleReport(0.0, ok=True, superseded=True).line()
+        True
+        """
+        head = (
+            f"cycle {'ok' if self.ok else 'FAILED'} load={self.load:.3f}s "
+            f"estimate={self.estimate:.3f}s publish={self.publish:.3f}s "
+            f"workers={self.workers} requests={self.requests} jobs={self.jobs} "
+            f"published={self.published} rejected={len(self.rejected)}"
+        )
+        if self.superseded:
+            # not an error: another job process already published a newer cycle
+            head += " superseded"
+        if self.rejected:
+            head += f" first_rejected=[{self.rejected[0]}]"
+        if self.error:
+            head += f" error={self.error}"
+        return head
+
+
+class SQLLoader:
+    """``loader(now) -> Snapshot`` over a horde database (engine or URL).
+
+    Examples
+    --------
+    >>> from vecsched.service import sql as _sql
+    >>> engine = _sql.make_engine("sqlite://")
+    >>> _sql.metadata.create_all(engine)
+    >>> len(SQLLoader(engine)(1.7e9).requests)
+    0
+    """
+
+    def __init__(self, engine: Any):
+        from vecsched.service.sql import make_engine
+
+        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+
+    def __call__(self, now: float) -> Snapshot:
+        """The horde as of ``now``.
+
+        Parameters
+        ----------
+        now : float
+            Epoch seconds, the snapshot's clock.
+
+        Returns
+        -------
+        Snapshot
+        """
+        from vecsched.service.sql import load_horde
+
+        return load_horde(self.engine, now)
+
+
+def _default_estimate(snapshot: Snapshot) -> Any:
+    from vecsched.core.estimate import estimate
+
+    return estimate(snapshot)
+
+
+def _prospective_state(snapshot: Snapshot, estimates: Any) -> bytes:
+    try:
+        from vecsched.core.prospective import build_prospective_state
+    except ModuleNotFoundError as exc:
+        if exc.name != "vecsched.core.prospective":
+            raise
+        return b""  # not built yet: the prospective read answers "unknown"
+    return build_prospective_state(snapshot, estimates)
+
+
+def run_cycle(
+    load: Callable[[float], Snapshot],
+    store: Store,
+    clock: Callable[[], float] = time.time,
+    *,
+    interval: float = DEFAULT_INTERVAL,
+    estimate: Callable[[Snapshot], Any] | None = None,
+) -> CycleReport:
+    """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
+
+    A failure at any stage publishes nothing (the store's pointer is switched
+    only after the whole cycle is written) and is reported in the returned
+    :class:`CycleReport` and the log line.
+
+    Parameters
+    ----------
+    load : callable
+        ``load(now) -> Snapshot``, e.g. :class:`SQLLoader`.
+    store : Store
+        :class:`~vecsched.service.publish.RedisStore` or :class:`~vecsched.service.publish.SQLStore`.
+    clock : callable
+        Epoch seconds; the cycle time, stamped on every published figure.
+    interval : float
+        The refresh interval, published so readers can tell stale figures.
+    estimate : callable, optional
+        ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
+
+    Returns
+    -------
+    CycleReport
+
+    Examples
+    --------
+    >>> from vecsched.service.publish import SQLStore
+    >>> def broken(now):
+    ...     raise ConnectionError("database down")
+    >>> report = run_cycle(broken, SQLStore("sqlite://"), lambda: 0.0)
+    >>> report.ok, report.error
+    (False, 'ConnectionError: database down')
+    """
+    estimate = _default_estimate if estimate is None else estimate
+    now = float(clock())
+    report = CycleReport(cycle_time=now)
+    stage = "load"
+    try:
+        t0 = time.perf_counter()
+        snapshot = load(now)
+        t1 = time.perf_counter()
+        report.load = t1 - t0
+        report.workers, report.requests, report.jobs = (
+            len(snapshot.workers), len(snapshot.requests), len(snapshot.jobs))
+        report.rejected = list(snapshot.rejected)
+        stage = "estimate"
+        estimates = estimate(snapshot)
+        state = _prospective_state(snapshot, estimates)
+        ids, payloads = encode_payloads(estimates, now)
+        t2 = time.perf_counter()
+        report.estimate = t2 - t1
+        stage = "publish"
+        cycle = Cycle(now, float(interval), ids, payloads, _jsonable(estimates.horde), state)
+        switched = store.publish(cycle)
+        report.publish = time.perf_counter() - t2
+        # False: a newer cycle is current, so none of these figures reach a reader.
+        report.superseded = not switched
+        report.published = len(ids) if switched else 0
+        report.ok = True
+    except Exception as exc:  # noqa: BLE001 - a cycle must never take the job down
+        report.error = f"{type(exc).__name__}: {exc}"
+        log.debug("cycle failed in %s", stage, exc_info=True)
+    (log.info if report.ok else log.warning)(report.line())
+    return report
+
+
+def _jsonable(value: Any) -> Any:
+    """Horde totals as plain JSON values (NumPy scalars out, NaN as null)."""
+    import math
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def run_service(
+    load: Callable[[float], Snapshot],
+    store: Store,
+    *,
+    interval: float = DEFAULT_INTERVAL,
+    clock: Callable[[], float] = time.time,
+    stop: threading.Event | None = None,
+    install_signals: bool = True,
+) -> None:
+    """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
+
+    APScheduler runs the cycle: never two at once (``max_instances=1``), missed
+    runs coalesced into one, the first run at once. A failed cycle is logged
+    and the next one retries; the scheduler itself keeps going.
+
+    Parameters
+    ----------
+    load : callable
+        ``load(now) -> Snapshot``, e.g. :class:`SQLLoader`.
+    store : Store
+        Where cycles are published.
+    interval : float
+        Seconds between cycle starts.
+    clock : callable
+        Epoch seconds; the cycle time.
+    stop : threading.Event, optional
+        Set it to stop the service (besides the signals).
+    install_signals : bool
+        Whether SIGINT/SIGTERM stop the service (main thread only).
+
+    Examples
+    --------
+    >>> from vecsched.service.publish import SQLStore
+    >>> stop = threading.Event()
+    >>> stop.set()  # stops at its first check, after the first cycle started
+    >>> def nothing(now):
+    ...     raise ConnectionError("no horde here")
+    >>> run_service(nothing, SQLStore("sqlite://"), stop=stop, install_signals=False)
+    """
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    stop = threading.Event() if stop is None else stop
+    scheduler = BackgroundScheduler(timezone="UTC")
+    scheduler.add_job(
+        run_cycle,
+        "interval",
+        seconds=interval,
+        args=(load, store, clock),
+        kwargs={"interval": interval},
+        id="vecsched-cycle",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=None,
+        next_run_time=_utcnow(),
+    )
+    previous = {}
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    scheduler.start()
+    log.info("vecsched job started: interval %.3gs", interval)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        # Let a running cycle finish: it either switches its pointer or not,
+        # so stopping never leaves a half-published cycle visible.
+        scheduler.shutdown(wait=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        log.info("vecsched job stopped")
+
+
+def _utcnow() -> Any:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)

@@ -1,0 +1,336 @@
+"""The read side: a request's status and the prospective request, from what the job published.
+
+Neither function touches the horde database: :func:`status` is one store round
+trip (one Lua call on Redis, one SELECT on SQL), :func:`prospective` reads the
+prospective state the last cycle published.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from vecsched.service.publish import Reading, Store, decode_payload, open_store
+from vecsched.snapshot.snapshot import _iso
+
+DEFAULT_STALE_INTERVALS = 3.0
+"""Figures older than this many refresh intervals are stale."""
+
+_PROGRESS = ("waiting", "processing", "finished", "restarted", "faulted", "done")
+_default: dict[str, Store] = {}
+_default_lock = threading.Lock()
+
+STATE_CACHE_SIZE = 4
+"""Parsed prospective states kept, most recently used first out last (a cycle's
+state is several MB parsed; readers only ever want the current one or two)."""
+_states: OrderedDict[str, Any] = OrderedDict()
+_states_lock = threading.Lock()
+
+
+def default_store() -> Store:
+    """The store named by the environment, opened once per process and reused.
+
+    Returns
+    -------
+    Store
+        See :func:`vecsched.service.publish.open_store`.
+
+    Examples
+    --------
+    >>> default_store() is default_store()
+    True
+    """
+    with _default_lock:
+        if "store" not in _default:
+            _default["store"] = open_store()
+        return _default["store"]
+
+
+def _age(reading: Reading, now: float | None, max_age: float | None) -> tuple[float, bool]:
+    now = time.time() if now is None else now
+    limit = DEFAULT_STALE_INTERVALS * reading.interval if max_age is None else max_age
+    age = now - reading.time
+    return age, age > limit
+
+
+def status(
+    request_id: str,
+    *,
+    store: Store | None = None,
+    progress: Mapping[str, Any] | None = None,
+    max_age: float | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """The AI Horde status fields of one request, from the last published cycle.
+
+    Parameters
+    ----------
+    request_id : str
+    store : Store, optional
+        Where cycles are published; default: the environment's (``REDIS_URL``,
+        else ``VECSCHED_DATABASE_URL``, else the embedded SQLite file).
+    progress : mapping, optional
+        Live progress from the horde (``waiting``, ``processing``, ``finished``,
+        ``restarted``, ``faulted``, ``done``); it wins over the published counts,
+        which are up to one cycle old.
+    max_age : float, optional
+        Seconds after which published figures are stale; default three refresh
+        intervals of the publishing job.
+    now : float, optional
+        Epoch seconds; default the wall clock.
+
+    Returns
+    -------
+    dict
+        ``queue_position`` and ``wait_time`` (integers, wait rounded),
+        ``is_possible``, ``eligible_workers``, ``eligible_worker_threads``,
+        progress fields, ``done``, and vecsched's ``ahead_wait`` (seconds of work
+        ahead), ``cycle_time`` and ``stale``. What is not known is left out: a
+        null wait is omitted, stale figures are replaced by ``"stale": true``, and
+        a request the cycle does not hold is ``"unknown": true``, never position 0.
+
+    Examples
+    --------
+    >>> from vecsched.service.publish import SQLStore, Cycle
+    >>> store = SQLStore("sqlite://")
+    >>> _ = store.publish(Cycle(100.0, 5.0, ["r1"],
+    ...     ["[1,100.0,0,3,6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]"]))
+    >>> status("r1", store=store, now=101.0)["wait_time"]
+    42
+    >>> status("r1", store=store, now=200.0)
+    {'stale': True, 'cycle_time': '1970-01-01T00:01:40Z'}
+    >>> status("r2", store=store, now=101.0)
+    {'unknown': True, 'stale': False, 'cycle_time': '1970-01-01T00:01:40Z'}
+    """
+    store = default_store() if store is None else store
+    reading = store.read_status(request_id)
+    out: dict[str, Any] = {}
+    if reading is None:
+        out["unknown"] = True
+    else:
+        _, stale = _age(reading, now, max_age)
+        if reading.value is None:
+            out["unknown"] = True
+        if not stale and reading.value is not None:
+            figures = decode_payload(reading.value)
+            out["queue_position"] = int(figures["queue_position"])
+            if figures["wait_time"] is not None:
+                out["wait_time"] = int(round(figures["wait_time"]))
+            out["is_possible"] = figures["is_possible"]
+            out["eligible_workers"] = int(figures["eligible_workers"])
+            out["eligible_worker_threads"] = int(figures["eligible_worker_threads"])
+            for name in ("waiting", "processing", "finished", "restarted"):
+                out[name] = int(figures[name])
+            # A published request was waiting when the cycle ran.
+            out["done"] = False
+            if figures["ahead_wait"] is not None:
+                out["ahead_wait"] = float(figures["ahead_wait"])
+        out["stale"] = stale
+        out["cycle_time"] = _iso(reading.time)
+    if progress:
+        _merge_progress(out, progress)
+    return out
+
+
+def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
+    for name in _PROGRESS:
+        if name in progress and progress[name] is not None:
+            value = progress[name]
+            out[name] = bool(value) if name in ("done", "faulted") else int(value)
+    if out.get("processing", 0) > 0:
+        # SPEC section 4: a job in flight makes the request possible, whatever
+        # the eligible counts say.
+        out["is_possible"] = True
+    if out.get("done"):
+        out["queue_position"] = 0
+        out["wait_time"] = 0
+        out.pop("ahead_wait", None)
+        out.pop("unknown", None)
+
+
+@dataclass(frozen=True)
+class AllowancePolicy:
+    """The free output allowance from ``ahead_wait``: ``clamp(ceiling - per_second * ahead_wait, floor, ceiling)``.
+
+    The floor applies when no thread is eligible or the wait is unknown.
+
+    Examples
+    --------
+    >>> policy = AllowancePolicy()
+    >>> policy(4, 0.0), policy(4, 100.4), policy(4, 1000.0), policy(0, 0.0), policy(4, None)
+    (512, 412, 256, 256, 256)
+    """
+
+    ceiling: int = 512
+    floor: int = 256
+    per_second: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.floor <= self.ceiling):
+            raise ValueError("need 0 <= floor <= ceiling")
+        if not (self.per_second >= 0 and math.isfinite(self.per_second)):
+            raise ValueError("per_second must be a finite number >= 0")
+
+    def __call__(self, eligible_worker_threads: int, ahead_wait: float | None) -> int:
+        """The allowance in tokens.
+
+        Parameters
+        ----------
+        eligible_worker_threads : int
+        ahead_wait : float or None
+            Seconds of work ahead; None or NaN: unknown.
+
+        Returns
+        -------
+        int
+        """
+        if not eligible_worker_threads or ahead_wait is None or math.isnan(ahead_wait):
+            return self.floor
+        value = self.ceiling - self.per_second * ahead_wait
+        return int(round(min(max(value, self.floor), self.ceiling)))
+
+
+def prospective(
+    request: Mapping[str, Any],
+    *,
+    store: Store | None = None,
+    policy: Callable[[int, float | None], int] | None = None,
+    max_age: float | None = None,
+    now: float | None = None,
+) -> dict[str, Any]:
+    """Eligible workers, threads, ``ahead_wait`` and the allowance of a request not yet created.
+
+    Answers from the prospective state the last cycle published, as if the
+    request were queued at ``now``; no database query.
+
+    Parameters
+    ----------
+    request : mapping
+        The would-be request in snapshot request keys (``gentype``, ``models``,
+        ``max_length``, ``max_context_length``, ``is_chat``, gates, ``worker_ids``,
+        ``extra_priority`` ...); missing keys take the snapshot defaults.
+    store : Store, optional
+        Default: the environment's (see :func:`status`).
+    policy : callable, optional
+        ``policy(eligible_worker_threads, ahead_wait) -> tokens``; default
+        :class:`AllowancePolicy()`.
+    max_age, now : float, optional
+        As in :func:`status`.
+
+    Returns
+    -------
+    dict
+        ``eligible_workers``, ``eligible_worker_threads``, ``ahead_wait`` (seconds
+        or None), ``allowance`` (tokens), ``stale``, ``cycle_time``, and
+        ``queue_position`` (requests ahead) when the state gives it. With no
+        current cycle the eligibility fields are left out and the allowance is
+        the policy's floor.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> from vecsched.service.job import run_cycle
+    >>> from vecsched.service.publish import SQLStore
+    >>> snap = vecsched.load_snapshot({
+    ...     "format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
+    ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,
+    ...                  "last_check_in": "2026-11-29T11:59:30Z", "models": ["m"]}],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "max_length": 200, "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z", "models": ["m"]}]})
+    >>> store = SQLStore("sqlite://")
+    >>> run_cycle(lambda now: snap, store, lambda: snap.now).ok
+    True
+    >>> got = prospective({"gentype": "text", "models": ["m"]}, store=store, now=snap.now)
+    >>> got["eligible_workers"], got["ahead_wait"], got["allowance"]
+    (1, 10.0, 502)
+    """
+    store = default_store() if store is None else store
+    policy = AllowancePolicy() if policy is None else policy
+    now = time.time() if now is None else now
+    reading, state = _current_state(store)
+    if reading is None or state is None:
+        return {"unknown": True, "allowance": policy(0, None)}
+    _, stale = _age(reading, now, max_age)
+    out: dict[str, Any] = {"stale": stale, "cycle_time": _iso(reading.time)}
+    if stale:
+        out["allowance"] = policy(0, None)
+        return out
+    from vecsched.core.prospective import answer_prospective
+
+    answer = answer_prospective(state, request, now)
+    ahead = answer.get("ahead_wait")
+    if ahead is not None and isinstance(ahead, float) and math.isnan(ahead):
+        ahead = None
+    threads = int(answer["eligible_worker_threads"])
+    out.update(
+        eligible_workers=int(answer["eligible_workers"]),
+        eligible_worker_threads=threads,
+        ahead_wait=ahead,
+        allowance=int(policy(threads, ahead)),
+    )
+    if answer.get("queue_position") is not None:
+        out["queue_position"] = int(answer["queue_position"])
+    return out
+
+
+def _current_state(store: Store) -> tuple[Reading | None, Any]:
+    """The current cycle and its parsed prospective state, parsed once per cycle.
+
+    A cache hit costs the store's cheapest read (the pointer alone); only a cycle
+    not seen before fetches and parses the state bytes. The cache is keyed by
+    cycle id, which names one immutable publication, so a hit is never stale.
+    """
+    read_current = getattr(store, "read_current", None)
+    if read_current is not None:
+        current = read_current()
+        if current is None:
+            return None, None
+        with _states_lock:
+            state = _states.get(current.cycle_id)
+            if state is not None:
+                _states.move_to_end(current.cycle_id)
+                return current, state
+    reading = store.read_prospective()
+    if reading is None or not reading.value:
+        return reading, None
+    with _states_lock:
+        state = _states.get(reading.cycle_id)
+    if state is None:
+        from vecsched.core.prospective import ProspectiveState
+
+        # Parsed outside the lock: readers of the cached cycle are not held up.
+        state = _frozen(ProspectiveState.from_bytes(reading.value))
+        with _states_lock:
+            _states[reading.cycle_id] = state
+            while len(_states) > STATE_CACHE_SIZE:
+                _states.popitem(last=False)
+    return reading, state
+
+
+def _frozen(state: Any) -> Any:
+    """Make the state's arrays read-only: one parsed state serves every thread."""
+    import numpy as np
+
+    parts = [state.arrays, vars(state.workers)]
+    for part in parts:
+        for value in part.values():
+            for array in (value, getattr(value, "offsets", None), getattr(value, "values", None)):
+                if isinstance(array, np.ndarray):
+                    array.flags.writeable = False
+    return state
+
+
+def clear_state_cache() -> None:
+    """Forget every parsed prospective state (tests; memory after a store switch).
+
+    Examples
+    --------
+    >>> clear_state_cache()
+    """
+    with _states_lock:
+        _states.clear()
