@@ -31,7 +31,8 @@ from vecsched.core.result import Estimates
 from vecsched.core.groups import factorize_rows, or_by_segments, set_codes, unpack_words
 from vecsched.snapshot.snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
 
-STATE_VERSION = 2
+STATE_VERSION = 3
+# 3: strings stored as one UTF-8 buffer per array (no fixed-width columns).
 _LIST_FIELDS = ("models",)
 
 
@@ -41,9 +42,9 @@ class ProspectiveState:
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
         self.now = float(arrays["now"][()])
-        self.vocabulary = {name: code for code, name in enumerate(arrays["vocabulary"].tolist())}
-        self.users = {name: code for code, name in enumerate(arrays["users"].tolist())}
-        self.worker_index = pd.Index(arrays["worker_ids"].astype(object))
+        self.vocabulary = {name: code for code, name in enumerate(_unpack_strings(arrays, "vocabulary"))}
+        self.users = {name: code for code, name in enumerate(_unpack_strings(arrays, "users"))}
+        self.worker_index = pd.Index(_unpack_strings(arrays, "worker_ids"), dtype=object)
         self.workers = _unpack(WorkerArrays, arrays, "w_")
 
     def to_bytes(self) -> bytes:
@@ -94,9 +95,9 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     arrays: dict[str, np.ndarray] = {
         "version": np.array(STATE_VERSION),
         "now": np.array(snapshot.now),
-        "vocabulary": np.asarray(snapshot.model_names.tolist(), dtype=str),
-        "users": np.asarray(users, dtype=str),
-        "worker_ids": np.asarray(wk.ids.tolist(), dtype=str),
+        **_pack_strings("vocabulary", snapshot.model_names.tolist()),
+        **_pack_strings("users", users),
+        **_pack_strings("worker_ids", wk.ids.tolist()),
         # Which gentypes get eligibility-aware waits (image only when the cycle asked).
         "aware_text": np.array(True),
         "aware_image": np.array(estimates.options.eligible_image_wait),
@@ -216,7 +217,7 @@ def _pack(arrays: Any, prefix: str) -> dict[str, np.ndarray]:
             out[f"{prefix}{f.name}__offsets"] = value.offsets
             out[f"{prefix}{f.name}__values"] = value.values.astype(np.int64)
         elif value.dtype == object:
-            out[prefix + f.name] = np.asarray(value.tolist(), dtype=str)
+            out.update(_pack_strings(prefix + f.name, value.tolist()))
         else:
             out[prefix + f.name] = value
     return out
@@ -227,10 +228,33 @@ def _unpack(kind: type, arrays: dict[str, np.ndarray], prefix: str) -> Any:
     for f in fields(kind):
         if f.name in _LIST_FIELDS:
             values[f.name] = ListColumn(arrays[f"{prefix}{f.name}__offsets"], arrays[f"{prefix}{f.name}__values"])
+        elif f"{prefix}{f.name}__utf8" in arrays:
+            values[f.name] = _object(_unpack_strings(arrays, prefix + f.name))
         else:
-            value = arrays[prefix + f.name]
-            values[f.name] = value.astype(object) if value.dtype.kind == "U" else value
+            values[f.name] = arrays[prefix + f.name]
     return kind(**values)
+
+
+def _pack_strings(name: str, strings: list[str]) -> dict[str, np.ndarray]:
+    """Strings as one UTF-8 buffer joined by NUL (which no valid string holds) and a count.
+
+    A fixed-width string array is as wide as its longest entry times every
+    row; this is as long as the text itself.
+    """
+    data = "\x00".join(strings).encode("utf-8")
+    return {f"{name}__utf8": np.frombuffer(data, dtype=np.uint8), f"{name}__count": np.array(len(strings))}
+
+
+def _unpack_strings(arrays: dict[str, np.ndarray], name: str) -> list[str]:
+    if int(arrays[f"{name}__count"][()]) == 0:
+        return []
+    return arrays[f"{name}__utf8"].tobytes().decode("utf-8").split("\x00")
+
+
+def _object(strings: list[str]) -> np.ndarray:
+    out = np.empty(len(strings), dtype=object)
+    out[:] = strings
+    return out
 
 
 __all__ = ["ProspectiveState", "answer_prospective", "build_prospective_state"]

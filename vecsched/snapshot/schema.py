@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from vecsched.snapshot.cells import MAX_STRING_BYTES, printable_id, string_problems  # noqa: F401 - re-exported
+
 REQUIRED = object()
 """Marker default: the key must be present."""
 
@@ -24,6 +26,8 @@ CHAT_NONE, CHAT_OPT_IN, CHAT_ONLY = 0, 1, 2
 SOURCE_PROCESSING = ("txt2img", "img2img", "inpainting", "outpainting")
 JOB_STATES = ("processing", "finished", "faulted")
 JOB_PROCESSING, JOB_FINISHED, JOB_FAULTED = 0, 1, 2
+
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,7 @@ WORKER_COLUMNS: tuple[Column, ...] = (
     _c("chat_max_length", "int", "=max_length", minimum=0, dtype="int32"),
     _c("chat_max_context_length", "int", "=max_context_length", minimum=0, dtype="int32"),
     # image
-    _c("max_pixels", "int", 262144, minimum=0),
+    _c("max_pixels", "int", 262144, minimum=0, maximum=INT32_MAX),
     _c("allow_img2img", "bool", True),
     _c("allow_painting", "bool", True),
     _c("allow_post_processing", "bool", True),
@@ -96,7 +100,9 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     _c("gentype", "enum", choices=GENTYPES),
     _c("created", "time"),
     _c("expiry", "time"),
-    _c("extra_priority", "int", 0),
+    # The horde's priority is a 32-bit integer; bounded so that ordering by
+    # -priority can never overflow.
+    _c("extra_priority", "int", 0, minimum=-INT32_MAX, maximum=INT32_MAX),
     # Bounds keep one request's work (n * width * height * steps) below 2**53.
     _c("n", "int", minimum=0, maximum=1000, dtype="int32"),
     _c("jobs", "int", "=n", minimum=0, maximum=1000, dtype="int32"),
@@ -187,6 +193,13 @@ def validate_columns(
 
     for col in spec:
         values = columns[col.name]
+        if col.kind == "str":
+            for mask, message in string_problems(values):
+                reject(mask, col.name, message)
+        elif col.kind == "str_list":
+            # A list's entries obey the string rules; an entry's fault is its row's.
+            for mask, message in string_problems(values.values):
+                reject(np.bincount(values.owners()[mask], minlength=n) > 0, col.name, "entry " + message)
         if col.kind == "enum":
             reject((values < 0) | (values >= len(col.choices)), col.name, f"must be one of {', '.join(col.choices)}")
         if col.kind in ("int", "float"):
@@ -196,9 +209,9 @@ def validate_columns(
                 reject(broken, col.name, "must be a finite number")
             present = ~np.isnan(values) if col.kind == "float" else np.ones(n, dtype=bool)
             if col.minimum is not None:
-                reject(present & (values < col.minimum), col.name, f"must be >= {col.minimum:g}")
+                reject(present & (values < col.minimum), col.name, f"must be >= {_number(col.minimum)}")
             if col.maximum is not None:
-                reject(present & (values > col.maximum), col.name, f"must be <= {col.maximum:g}")
+                reject(present & (values > col.maximum), col.name, f"must be <= {_number(col.maximum)}")
             if col.kind == "int":
                 # Integers arrive 64-bit and are narrowed after this check, so a
                 # value the column's dtype cannot hold is an error, never a wrap.
@@ -221,4 +234,8 @@ def validate_columns(
 
 
 def _as_id(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return printable_id(value)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from vecsched.snapshot.cells import judge_cells, string_problems
 from vecsched.snapshot.schema import (
     REQUIRED,
     TABLES,
@@ -169,17 +170,6 @@ class Snapshot:
         typed = {}
         for table, given in (("workers", workers), ("requests", requests), ("jobs", jobs or {})):
             typed[table] = _typed_columns(table, dict(given))
-        # Models of workers and requests share one vocabulary, so a code compares
-        # equal across the two tables.
-        w_models, r_models = typed["workers"]["models"], typed["requests"]["models"]
-        codes, vocabulary = pd.factorize(
-            np.concatenate([w_models.values, r_models.values]).astype(object), use_na_sentinel=False
-        )
-        codes = codes.astype(np.int32)
-        split = len(w_models.values)
-        typed["workers"]["models"] = ListColumn(w_models.offsets, codes[:split])
-        typed["requests"]["models"] = ListColumn(r_models.offsets, codes[split:])
-
         tables = {}
         for table, cols in typed.items():
             positions = cols.pop("__row__", None)
@@ -189,13 +179,21 @@ class Snapshot:
                     cols[col.name] = cols[col.name].astype(col.dtype)
             tables[table] = Table(table, cols) if keep.all() else Table(table, cols).take(keep)
 
+        # Models of workers and requests share one vocabulary, so a code compares
+        # equal across the two tables. Only kept rows name models: a rejected
+        # row's oversized name never reaches the vocabulary.
+        w_models, r_models = tables["workers"].models, tables["requests"].models
+        codes, vocabulary = pd.factorize(
+            np.concatenate([w_models.values, r_models.values]).astype(object), use_na_sentinel=False
+        )
+        codes = codes.astype(np.int32)
+        split = len(w_models.values)
+        tables["workers"].columns["models"] = ListColumn(w_models.offsets, codes[:split])
+        tables["requests"].columns["models"] = ListColumn(r_models.offsets, codes[split:])
+
         pairs = dict(excluded_pairs or {})
-        pair_table = Table(
-            "excluded_pairs",
-            {
-                "worker_id": _object_array(pairs.get("worker_id", [])),
-                "request_id": _object_array(pairs.get("request_id", [])),
-            },
+        pair_table = _pair_table(
+            _object_array(pairs.get("worker_id", [])), _object_array(pairs.get("request_id", [])), errors
         )
         pair_table.columns["id"] = pair_table.columns["worker_id"]
         return cls(
@@ -288,6 +286,18 @@ class Snapshot:
         )
 
 
+def _pair_table(worker_id: np.ndarray, request_id: np.ndarray, errors: list[RowError]) -> Table:
+    """Excluded pairs whose ids obey the string rules; the others become RowErrors."""
+    bad = np.zeros(len(worker_id), dtype=bool)
+    for mask, message in string_problems(worker_id) + string_problems(request_id):
+        for k in np.flatnonzero(mask & ~bad).tolist():
+            errors.append(RowError("excluded_pairs", k, None, "pair", message))
+        bad |= mask
+    if bad.any():
+        worker_id, request_id = worker_id[~bad], request_id[~bad]
+    return Table("excluded_pairs", {"worker_id": worker_id, "request_id": request_id})
+
+
 # -- JSON interchange ---------------------------------------------------------------
 
 
@@ -309,24 +319,18 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
     >>> print(snap.rejected[0])
     requests[0] (id 'bad'): field 'n': must be >= 0
     """
-    if isinstance(source, Mapping):
-        doc = source
-    else:
-        try:
-            with open(source, encoding="utf-8") as fh:
-                doc = json.load(fh)
-        except OSError as exc:
-            raise SnapshotError(f"cannot read snapshot {os.fspath(source)!r}: {exc.strerror}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SnapshotError(f"{os.fspath(source)!r} is not JSON: {exc}") from None
+    doc = source if isinstance(source, Mapping) else _read_json(source)
     if not isinstance(doc, Mapping):
         raise SnapshotError("a snapshot is a JSON object with a 'format' key")
     if doc.get("format") != FORMAT:
-        raise SnapshotError(f"not a snapshot: 'format' is {doc.get('format')!r}, expected {FORMAT!r}")
+        raise SnapshotError(f"not a snapshot: 'format' is {_short(doc.get('format'))}, expected {FORMAT!r}")
     try:
+        # A time in the file is text (SNAPSHOT_FORMAT.md); a number is refused, not guessed at.
+        if not isinstance(doc.get("now"), str):
+            raise TypeError("not a string")
         now = _to_epoch(doc.get("now"))
-    except (TypeError, ValueError):
-        raise SnapshotError(f"'now' must be an ISO 8601 time with a zone, got {doc.get('now')!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise SnapshotError(f"'now' must be an ISO 8601 time with a zone, got {_short(doc.get('now'))}") from None
     errors: list[RowError] = []
     columns = {}
     for table in ("workers", "requests", "jobs"):
@@ -357,6 +361,74 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         capacity_returns=_list_of_objects(doc, "capacity_returns"),
         rejected=errors,
     )
+
+
+MAX_DEPTH = 64
+"""How deeply a snapshot file may nest arrays and objects (a snapshot needs 4).
+
+Checked on the raw bytes before parsing, so a hostile file cannot exhaust the
+parser's recursion; the error names the limit.
+"""
+
+
+def _read_json(source: str | os.PathLike[str]) -> Any:
+    name = os.fspath(source)
+    try:
+        with open(source, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise SnapshotError(f"cannot read snapshot {name!r}: {exc.strerror}") from None
+    depth = json_depth(data)
+    if depth > MAX_DEPTH:
+        raise SnapshotError(f"{name!r} nests arrays or objects {depth} deep; a snapshot may nest at most {MAX_DEPTH}")
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{name!r} is not JSON: {exc}") from None
+    except RecursionError:  # pragma: no cover - json_depth refuses these first
+        raise SnapshotError(f"{name!r} nests too deeply to parse") from None
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON text, brackets inside strings ignored.
+
+    Vectorized over the bytes (a few passes, memory a small multiple of the
+    quotes and brackets), so it costs little next to parsing.
+
+    Examples
+    --------
+    >>> json_depth(b'{"a": [1, [2]], "b": "[[[["}')
+    3
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    quotes = np.flatnonzero(buf == ord('"'))
+    # A quote is escaped when an odd run of backslashes precedes it.
+    run = np.zeros(len(quotes), dtype=np.int64)
+    active = quotes > 0
+    step = 1
+    while active.any():
+        at = quotes[active] - step
+        is_bs = buf[at] == ord("\\")
+        idx = np.flatnonzero(active)
+        run[idx[is_bs]] += 1
+        active[idx[~is_bs]] = False
+        active[idx[is_bs][at[is_bs] == 0]] = False
+        step += 1
+    quotes = quotes[run % 2 == 0]
+    brackets = np.flatnonzero((buf == ord("[")) | (buf == ord("{")) | (buf == ord("]")) | (buf == ord("}")))
+    # Quotes before each bracket: an odd count means the bracket is inside a string.
+    outside = np.searchsorted(quotes, brackets) % 2 == 0
+    brackets = brackets[outside]
+    if not len(brackets):
+        return 0
+    step_depth = np.where((buf[brackets] == ord("[")) | (buf[brackets] == ord("{")), 1, -1)
+    return int(np.cumsum(step_depth).max())
+
+
+def _short(value: Any) -> str:
+    """``repr`` of a value from the file, cut short (a file may put megabytes in one key)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:60] + f"... ({len(text)} chars)"
 
 
 def _list_of_objects(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
@@ -422,54 +494,15 @@ def _parse_column(col: Column, raw: list[Any], reject: Any, done: dict[str, Any]
                 reject(k, col.name, "must be a list of strings")
                 lists.append([])
         return ListColumn.from_lists(lists)
-    values = np.empty(n, dtype=np.int64 if col.kind == "int" else col.dtype)
-    if col.kind == "str":
-        for k, v in enumerate(raw):
-            if isinstance(v, str):
-                values[k] = v
-            else:
-                values[k] = ""
-                if v is not _MISSING:
-                    reject(k, col.name, "must be a string")
-    elif col.kind == "bool":
-        for k, v in enumerate(raw):
-            if isinstance(v, bool):
-                values[k] = v
-            else:
-                values[k] = False
-                if v is not _MISSING:
-                    reject(k, col.name, "must be true or false")
-    elif col.kind == "int":
-        for k, v in enumerate(raw):
-            if isinstance(v, int) and not isinstance(v, bool) and -(2**62) < v < 2**62:
-                values[k] = v
-            else:
-                values[k] = 0
-                if v is not _MISSING:
-                    reject(k, col.name, "must be an integer")
-    elif col.kind == "float":
-        for k, v in enumerate(raw):
-            if v is None and col.nullable:
-                values[k] = np.nan
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                values[k] = v
-                if not math.isfinite(v):
-                    reject(k, col.name, "must be a finite number")
-            else:
-                values[k] = 0.0
-                if v is not _MISSING:
-                    reject(k, col.name, "must be a number" + (" or null" if col.nullable else ""))
-    elif col.kind == "enum":
-        index = {c: i for i, c in enumerate(col.choices)}
-        for k, v in enumerate(raw):
-            code = index.get(v) if isinstance(v, str) else None
-            if code is None:
-                values[k] = 0
-                if v is not _MISSING:
-                    reject(k, col.name, f"must be one of {', '.join(col.choices)}")
-            else:
-                values[k] = code
-    elif col.kind == "time":
+    if col.kind in ("str", "bool", "int", "float", "enum"):
+        cells = [None if v is _MISSING else v for v in raw]
+        values, _, problems = judge_cells(col.kind, cells, choices=col.choices, nullable=col.nullable)
+        for mask, message in problems:
+            for k in np.flatnonzero(mask).tolist():
+                reject(k, col.name, message)
+        return values
+    values = np.empty(n, dtype=col.dtype)
+    if col.kind == "time":
         values[:] = _parse_times(raw)
         for k in np.flatnonzero(np.isnan(values)):
             if raw[k] is not _MISSING:
@@ -570,9 +603,15 @@ def _readable(snap: Snapshot, table: str, col: Column, values: Any) -> Any:
     return values
 
 
+_EPOCH_LIMIT = 253_402_300_800.0  # 10000-01-01: past it a time cannot be written back as ISO 8601
+
+
 def _to_epoch(value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+        seconds = float(value)  # OverflowError for an int beyond float: a clear "must be a time"
+        if not -_EPOCH_LIMIT < seconds < _EPOCH_LIMIT:
+            raise ValueError(f"time out of range: {value!r}")
+        return seconds
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("naive datetime")

@@ -12,6 +12,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from vecsched.service.sql.schema import excluded_pairs
+from sqlalchemy.types import NullType
+
+from vecsched.snapshot.cells import NOT_UTF8, UndecodableText, decode_text, judge_cells
 from vecsched.snapshot.schema import Column
 from vecsched.snapshot.snapshot import ListColumn
 
@@ -27,18 +30,21 @@ def _epoch(engine_or_conn: Engine | Connection, column: sa.ColumnElement[Any]) -
 
 
 class _Raw:
-    """One fetched column: ``values`` in the kind's base dtype, ``null`` where SQL NULL.
+    """One fetched column: ``values`` typed for its kind, ``null`` where SQL NULL,
+    ``errors`` the cells that are not what the column needs ``[(mask, message)]``.
 
-    Base dtypes: object (str, enum), bool, float64 (int, float, time; an int
-    goes through float64 so an out-of-range value is rejected by the range
-    rules instead of wrapping around).
+    Typed: object (str), int64 codes (enum), bool, int64 (int), float64 (float,
+    time). A bad cell holds a placeholder and is named in ``errors``; the
+    loader turns those into RowErrors, so one bad cell costs its row, never
+    the load.
     """
 
-    __slots__ = ("values", "null")
+    __slots__ = ("values", "null", "errors")
 
-    def __init__(self, values: np.ndarray, null: np.ndarray):
+    def __init__(self, values: np.ndarray, null: np.ndarray, errors: list[tuple[np.ndarray, str]] | None = None):
         self.values = values
         self.null = null
+        self.errors = errors or []
 
 
 class _Fallback(Exception):
@@ -55,46 +61,68 @@ class _GenericFetch:
         selected = []
         for col in spec:
             sql_col = table.c[renames.get(col.name, col.name)]
-            selected.append(_epoch(self.conn, sql_col) if col.kind == "time" else sql_col)
+            # The raw cell, not what a SQLAlchemy type would make of it: SQLite
+            # keeps any value in any column, and each is judged by value.
+            selected.append(sa.type_coerce(_epoch(self.conn, sql_col) if col.kind == "time" else sql_col, NullType()))
         with _gc_paused():
-            rows = self.conn.execute(sa.select(*selected).order_by(table.c.id)).all()
+            rows = self._all(sa.select(*selected).order_by(table.c.id))
             raw = list(zip(*rows)) if rows else [() for _ in spec]
             del rows
-            return [_raw_from_list(col, list(values)) for col, values in zip(spec, raw)]
+            text_times = self.conn.dialect.name == "sqlite"
+            return [_raw_from_list(col, list(values), text_times=text_times) for col, values in zip(spec, raw)]
 
     def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
         with _gc_paused():
-            rows = self.conn.execute(
-                sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position)
-            ).all()
+            rows = self._all(sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position))
             if not rows:
                 return [], []
             keys, vals = zip(*rows)
             return list(keys), list(vals)
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
-        rows = self.conn.execute(sa.select(excluded_pairs.c.worker_id, excluded_pairs.c.wp_id)).all()
+        rows = self._all(sa.select(excluded_pairs.c.worker_id, excluded_pairs.c.wp_id))
         return [p[0] for p in rows], [p[1] for p in rows]
 
+    def _all(self, statement: sa.Select[Any]) -> list[Any]:
+        """All rows of ``statement``; on SQLite, text that is not UTF-8 is read cell by cell.
 
-def _raw_from_list(col: Column, values: list[Any]) -> _Raw:
+        sqlite3 decodes every text cell as UTF-8 and fails the whole query on
+        the first that is not. Only then is the statement read again with a
+        text factory that turns such a cell into an :class:`UndecodableText`
+        (the row is rejected by value); the usual read stays in C.
+        """
+        try:
+            return self.conn.execute(statement).all()
+        except sa.exc.OperationalError as exc:
+            if self.conn.dialect.name != "sqlite" or "decode" not in str(exc.orig).lower():
+                raise
+        driver = self.conn.connection.driver_connection
+        before = driver.text_factory
+        driver.text_factory = decode_text
+        try:
+            return self.conn.execute(statement).all()
+        finally:
+            driver.text_factory = before
+
+
+def _raw_from_list(col: Column, values: list[Any], *, text_times: bool = False) -> _Raw:
+    """Judge one column's cells by value (:func:`~vecsched.snapshot.cells.judge_cells`)."""
+    if col.kind == "time":
+        return _raw_times(values, text_times)
+    arr, null, errors = judge_cells(col.kind, values, choices=col.choices, nullable=True, sql=True)
+    return _Raw(arr, null, errors)
+
+
+def _raw_times(values: list[Any], text: bool) -> _Raw:
     n = len(values)
-    # ``None in`` runs in C; most columns have no NULL and skip the scan.
-    if None in values:
-        null = np.fromiter((v is None for v in values), dtype=bool, count=n)
-    else:
-        null = np.zeros(n, dtype=bool)
-    if col.kind in ("str", "enum"):
-        arr = np.empty(n, dtype=object)
-        arr[:] = values
-    elif col.kind == "bool":
-        arr = np.asarray(values, dtype=bool) if n else np.zeros(0, dtype=bool)
-    elif col.kind == "time" and any(isinstance(v, str) for v in values):
+    null = np.fromiter((v is None for v in values), dtype=bool, count=n) if None in values else np.zeros(n, bool)
+    if text:
+        # SQLite holds times as text; anything else in the column is not a time (NaN, rejected).
         arr = _sqlite_epochs(values)
-    else:
-        # int, float, time (PostgreSQL epoch floats): None -> NaN.
-        arr = np.asarray(values, dtype=np.float64) if n else np.zeros(0)
-    return _Raw(arr, null)
+        undecodable = np.fromiter((isinstance(v, UndecodableText) for v in values), dtype=bool, count=n)
+        return _Raw(arr, null, [(undecodable, NOT_UTF8)] if undecodable.any() else [])
+    # PostgreSQL: extract(epoch) floats, None for NULL.
+    return _Raw(np.asarray(values, dtype=np.float64) if n else np.zeros(0), null)
 
 
 def _sqlite_epochs(values: list[Any]) -> np.ndarray:

@@ -12,16 +12,15 @@ unknown gentype string, a NULL in a required column) becomes a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-import pandas as pd
 from sqlalchemy.engine import Connection, Engine
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw
 from vecsched.service.sql.pg import _PgFetch
 from vecsched.service.sql.schema import _MAIN, worker_models, wp_allowed_workers, wp_models
-from vecsched.snapshot.schema import REQUIRED, TABLES, Column, RowError
+from vecsched.snapshot.schema import REQUIRED, TABLES, Column, RowError, _as_id
 from vecsched.snapshot.snapshot import Snapshot
 
 
@@ -101,56 +100,43 @@ def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
 
 
 def _judge(name: str, spec: list[Column], raw: list[_Raw], errors: list[RowError]) -> dict[str, Any]:
-    """Fill defaults, reject bad rows and type the columns of one table."""
+    """Fill defaults, reject bad rows and type the columns of one table.
+
+    Every fetch path hands over cells already judged by value (``_Raw.errors``);
+    here NULLs take their defaults (or reject the row when the column is
+    required) and each rejected row gets one RowError, in row order, for its
+    first bad column, so both SQL paths report the very same list.
+    """
     n = len(raw[0].values)
     bad = np.zeros(n, dtype=bool)
     ids = raw[0].values
 
-    def reject(positions: np.ndarray, field: str, message: str) -> None:
-        for k in positions.tolist():
+    def reject(messages: dict[int, str], field: str) -> None:
+        for k in sorted(messages):
             if not bad[k]:
-                rid = ids[k] if isinstance(ids[k], str) else None
-                errors.append(RowError(name, int(k), rid, field, message))
+                errors.append(RowError(name, int(k), _as_id(ids[k]), field, messages[k]))
                 bad[k] = True
 
     out: dict[str, Any] = {}
     for col, r in zip(spec, raw):
         values = r.values
+        messages: dict[int, str] = {}
+        for mask, message in r.errors:
+            messages.update(dict.fromkeys(np.flatnonzero(mask).tolist(), message))
         # A nullable float keeps NaN for NULL (speed: no samples).
         if r.null.any() and not (col.kind == "float" and col.nullable):
             nulls = np.flatnonzero(r.null)
             values = values.copy()
             if col.default is REQUIRED:
-                reject(nulls, col.name, "is required (NULL in the database)")
-                fill: Any = {"str": "", "enum": col.choices[0] if col.choices else ""}.get(col.kind, 0)
-                values[nulls] = fill
+                messages.update(dict.fromkeys(nulls.tolist(), "is required (NULL in the database)"))
             elif isinstance(col.default, str) and col.default.startswith("="):
                 values[nulls] = out[col.default[1:]][nulls]
             else:
-                values[nulls] = col.default
-        out[col.name] = _typed(col, values, reject)
+                values[nulls] = col.choices.index(col.default) if col.kind == "enum" else col.default
+        reject(messages, col.name)
+        out[col.name] = values.astype(col.dtype) if col.kind == "enum" else values
     keep = ~bad
     result: dict[str, Any] = {k: v[keep] for k, v in out.items()}
     # Row numbers in later RowErrors count rows of the ordered SELECT.
     result["__row__"] = np.flatnonzero(keep)
     return result
-
-
-def _typed(col: Column, values: np.ndarray, reject: Callable[..., None]) -> np.ndarray:
-    if col.kind == "enum":
-        # Anything that is not one of the choices (a typo, a number) is -1.
-        codes = pd.Index(col.choices, dtype=object).get_indexer(pd.Index(values, dtype=object))
-        unknown = np.flatnonzero(codes < 0)
-        reject(unknown, col.name, f"must be one of {', '.join(col.choices)}")
-        codes[unknown] = 0
-        return codes.astype(col.dtype)
-    if col.kind == "int":
-        arr = values
-        if col.dtype == "int32":
-            big = np.flatnonzero(np.abs(arr) >= 2**31)
-            reject(big, col.name, "out of range")
-            if len(big):
-                arr = arr.copy()
-                arr[big] = 0
-        return arr.astype(col.dtype)
-    return values

@@ -11,6 +11,7 @@ from sqlalchemy.engine import Connection
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _Raw, _raw_from_list
 from vecsched.service.sql.schema import excluded_pairs
+from vecsched.snapshot.cells import INT_LIMIT, NOT_BOOL, NOT_FINITE, NOT_INT, INT_RANGE
 from vecsched.snapshot.schema import Column
 
 # PostgreSQL epoch (2000-01-01) in Unix microseconds, and the +-infinity timestamps.
@@ -107,6 +108,39 @@ def _pg_epochs(us: np.ndarray) -> np.ndarray:
     return out
 
 
+def _judge_array(col: Column, value: _PgArray) -> _Raw:
+    """The generic path's judgement (:func:`~vecsched.snapshot.cells.judge_cells`) on a whole array.
+
+    By value, as from any other source: an int column takes integers within
+    range, a float column finite numbers, a bool column booleans or the
+    integers 0 and 1; a column of another type fails the same cells the
+    generic path fails, with the same message.
+    """
+    present = ~value.null
+    kind = value.values.dtype.kind  # b, i or f
+    if col.kind == "int":
+        if kind != "i":
+            return _Raw(np.zeros(len(present), np.int64), value.null, [(present, NOT_INT)])
+        arr = value.values.astype(np.int64)
+        bad = present & ((arr <= -INT_LIMIT) | (arr >= INT_LIMIT))
+        arr[bad | value.null] = 0
+        return _Raw(arr, value.null, [(bad, INT_RANGE)] if bad.any() else [])
+    if col.kind == "bool":
+        if kind == "b":
+            return _Raw(value.values.astype(bool), value.null)
+        ok = present & (kind == "i") & ((value.values == 0) | (value.values == 1))
+        bad = present & ~ok
+        return _Raw(ok & (value.values == 1), value.null, [(bad, NOT_BOOL)] if bad.any() else [])
+    # float
+    if kind == "b":
+        return _Raw(np.zeros(len(present)), value.null, [(present, "must be a number")])
+    arr = value.values.astype(np.float64)
+    bad = present & ~np.isfinite(arr)
+    arr[bad] = 0.0
+    arr[value.null] = np.nan
+    return _Raw(arr, value.null, [(bad, NOT_FINITE)] if bad.any() else [])
+
+
 class _PgFetch(_GenericFetch):
     """One row of binary arrays per table over psycopg 3, parsed by NumPy."""
 
@@ -196,13 +230,7 @@ class _PgFetch(_GenericFetch):
                 return _Raw(_pg_epochs(value.values), value.null)
             if value.time or col.kind in ("str", "enum"):
                 raise _Fallback(f"{col.name} has an unexpected type")
-            if col.kind == "bool":
-                # Generic path: np.asarray(values, bool) of the loaded objects.
-                return _Raw(value.values.astype(bool), value.null)
-            arr = value.values.astype(np.float64)
-            if value.null.any():
-                arr[value.null] = np.nan
-            return _Raw(arr, value.null)
+            return _judge_array(col, value)
         if col.kind == "time":
             raise _Fallback(f"{col.name} is not a timestamp")
         # Text (and any type without a NumPy parser): psycopg's loaders made
