@@ -17,6 +17,7 @@ from typing import Any, Callable
 from vecsched.snapshot.schema import RowError
 from vecsched.service.store.base import Cycle, Store
 from vecsched.service.payload import encode_payloads
+from vecsched.service.redact import mask_text
 from vecsched.snapshot.snapshot import Snapshot
 
 log = logging.getLogger("vecsched.job")
@@ -74,10 +75,28 @@ class CycleReport:
             # not an error: another job process already published a newer cycle
             head += " superseded"
         if self.rejected:
-            head += f" first_rejected=[{self.rejected[0]}]"
+            # Counts per table.field only: ids never reach a log line at INFO
+            # (`vecsched db check` lists every rejected row).
+            head += f" rejected_by_field=[{rejected_counts(self.rejected)}]"
         if self.error:
-            head += f" error={self.error}"
+            head += f" error={mask_text(self.error)}"
         return head
+
+
+def rejected_counts(rejected: list[RowError]) -> str:
+    """``table.field=count`` for each field that rejected rows, most first.
+
+    Examples
+    --------
+    >>> from vecsched.snapshot.schema import RowError
+    >>> rejected_counts([RowError("requests", 3, "r", "n", "x"), RowError("requests", 9, "s", "n", "x"),
+    ...                  RowError("workers", 0, "w", "threads", "x")])
+    'requests.n=2,workers.threads=1'
+    """
+    from collections import Counter
+
+    counts = Counter(f"{e.table}.{e.field}" for e in rejected)
+    return ",".join(f"{key}={count}" for key, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 class SQLLoader:
@@ -182,6 +201,8 @@ def run_cycle(
         report.workers, report.requests, report.jobs = (
             len(snapshot.workers), len(snapshot.requests), len(snapshot.jobs))
         report.rejected = list(snapshot.rejected)
+        for error in report.rejected:
+            log.debug("rejected %s", error)  # ids: DEBUG only
         stage = "estimate"
         estimates = estimate(snapshot)
         state = _prospective_state(snapshot, estimates)

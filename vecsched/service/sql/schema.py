@@ -133,7 +133,10 @@ def make_engine(url: str) -> Engine:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.close()
 
-        return engine
+        # A deleted or replaced file is noticed, never read on through an old connection.
+        from vecsched.service.sqlite_file import watch_file
+
+        return watch_file(engine)
     return sa.create_engine(url, pool_pre_ping=True)
 
 

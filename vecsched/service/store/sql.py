@@ -111,6 +111,9 @@ class SQLStore:
             if conn.dialect.name == "postgresql":
                 # Serialise publishers so the monotonic check below holds.
                 conn.execute(sa.text("LOCK TABLE vs_current IN EXCLUSIVE MODE"))
+            else:
+                # The embedded file may have been replaced since the tables were made.
+                pub_metadata.create_all(conn)
             old = conn.execute(sa.select(vs_current.c.cycle_id).where(vs_current.c.slot == 0)).scalar()
             if old is not None and parse_cycle_id(old)[0] > cycle.time:
                 return False
