@@ -10,6 +10,10 @@ from typing import Sequence
 
 from vecsched.snapshot.snapshot import SnapshotError
 
+
+class OutputError(SnapshotError):
+    """An output file cannot be written (missing folder, no permission, a directory...)."""
+
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
 _COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands")
 
@@ -57,11 +61,19 @@ def _estimate(args: argparse.Namespace) -> int:
     result = estimate(snapshot, eligible_image_wait=args.eligible_image_wait)
     text = json.dumps(result.to_dict(), indent=1)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        write_output(args.output, text + "\n")
     else:
         sys.stdout.write(text + "\n")
     return 0
+
+
+def write_output(path: str, text: str) -> None:
+    """Write ``text`` to ``path``; any problem with the path is one clear :class:`OutputError`."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise OutputError(f"cannot write {path!r}: {exc.strerror or exc}") from None
 
 
 def _synth(args: argparse.Namespace) -> int:

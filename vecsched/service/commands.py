@@ -47,6 +47,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--shift-to-now", action="store_true", help="move the snapshot's times to now")
     common(p, redis=False)
     p.set_defaults(func=_db_load)
+    p = dbsub.add_parser("check", help="list every row the loader rejects, with its id and field (exit 1 if any)")
+    common(p, redis=False)
+    p.set_defaults(func=_db_check)
     p = dbsub.add_parser("dump", help="export the horde tables as a snapshot JSON file")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--now", help="snapshot instant (ISO 8601 with zone; default: now)")
@@ -125,6 +128,19 @@ def _db_dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def _db_check(args: argparse.Namespace) -> int:
+    from vecsched.service.job import rejected_counts
+    from vecsched.service.sql import load_horde, make_engine
+
+    snapshot = load_horde(make_engine(_db_url(args)), time.time())
+    for error in snapshot.rejected:
+        print(f"rejected {error}")
+    summary = rejected_counts(list(snapshot.rejected)) or "none"
+    print(f"{len(snapshot.rejected)} rejected rows ({summary}); "
+          f"{len(snapshot.workers)} workers, {len(snapshot.requests)} requests, {len(snapshot.jobs)} jobs load")
+    return 1 if snapshot.rejected else 0
+
+
 def seed_if_empty(engine: Any, now: float) -> bool:
     """Fill an empty embedded database with a synthetic horde that looks current at ``now``."""
     from vecsched.service.sql import import_snapshot, init_db, is_empty
@@ -142,21 +158,25 @@ def _run(args: argparse.Namespace) -> int:
     from vecsched.service.job import SQLLoader, run_cycle, run_service
     from vecsched.service.sql import init_db, make_engine
 
+    from vecsched.service import redact
+
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    redact.install()  # no URL password in any log line, whoever logs it
     log = logging.getLogger("vecsched.job")
     url = _db_url(args)
+    shown = redact.mask_url(url)
     engine = make_engine(url)
     if engine.dialect.name == "sqlite" and not args.no_seed:
         try:
             if seed_if_empty(engine, time.time()):
-                log.info("seeded the empty database %s with a synthetic horde", url)
+                log.info("seeded the empty database %s with a synthetic horde", shown)
         except Exception as exc:  # noqa: BLE001 - the job reports and retries
-            log.warning("could not prepare %s: %s", url, exc)
+            log.warning("could not prepare %s: %s", shown, redact.mask_text(str(exc).splitlines()[0]))
     else:
         try:
             init_db(engine)
         except Exception as exc:  # noqa: BLE001 - database down: cycles will log and retry
-            log.warning("could not create tables in %s: %s", url, exc)
+            log.warning("could not create tables in %s: %s", shown, redact.mask_text(str(exc).splitlines()[0]))
     store = _store(args)
     loader = SQLLoader(engine)
     if args.once:

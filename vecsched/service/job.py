@@ -79,7 +79,8 @@ class CycleReport:
             # (`vecsched db check` lists every rejected row).
             head += f" rejected_by_field=[{rejected_counts(self.rejected)}]"
         if self.error:
-            head += f" error={mask_text(self.error)}"
+            # One line: a driver's message may run on with hints and links.
+            head += f" error={mask_text(self.error.splitlines()[0] if self.error.strip() else self.error)}"
         return head
 
 

@@ -274,8 +274,11 @@ class Snapshot:
         """Serialise to the interchange format; also write it to ``path`` if given."""
         text = json.dumps(self.to_dict(), separators=(",", ":"))
         if path is not None:
-            with open(path, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            try:
+                with open(path, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+            except OSError as exc:
+                raise SnapshotError(f"cannot write {os.fspath(path)!r}: {exc.strerror or exc}") from None
         return text
 
     def __repr__(self) -> str:
