@@ -39,12 +39,20 @@ class _Raw:
     the load.
     """
 
-    __slots__ = ("values", "null", "errors")
+    __slots__ = ("values", "null", "errors", "cells")
 
-    def __init__(self, values: np.ndarray, null: np.ndarray, errors: list[tuple[np.ndarray, str]] | None = None):
+    def __init__(
+        self,
+        values: np.ndarray,
+        null: np.ndarray,
+        errors: list[tuple[np.ndarray, str]] | None = None,
+        cells: list[Any] | None = None,
+    ):
         self.values = values
         self.null = null
         self.errors = errors or []
+        # The cells as read, kept only when some are bad (an error names a bad id as it was).
+        self.cells = cells
 
 
 class _Fallback(Exception):
@@ -110,7 +118,7 @@ def _raw_from_list(col: Column, values: list[Any], *, text_times: bool = False) 
     if col.kind == "time":
         return _raw_times(values, text_times)
     arr, null, errors = judge_cells(col.kind, values, choices=col.choices, nullable=True, sql=True)
-    return _Raw(arr, null, errors)
+    return _Raw(arr, null, errors, values if errors and col.kind == "str" else None)
 
 
 def _raw_times(values: list[Any], text: bool) -> _Raw:

@@ -109,7 +109,7 @@ def _judge(name: str, spec: list[Column], raw: list[_Raw], errors: list[RowError
     """
     n = len(raw[0].values)
     bad = np.zeros(n, dtype=bool)
-    ids = raw[0].values
+    ids = raw[0].values if raw[0].cells is None else raw[0].cells
 
     def reject(messages: dict[int, str], field: str) -> None:
         for k in sorted(messages):
