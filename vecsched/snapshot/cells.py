@@ -20,6 +20,7 @@ import operator
 from decimal import Decimal
 from itertools import repeat
 from typing import Any
+from uuid import UUID
 
 import numpy as np
 
@@ -292,6 +293,9 @@ def _cell(kind: str, v: Any, index: dict[str, int], sql: bool) -> tuple[Any, str
     if isinstance(v, (bytes, bytearray, memoryview)):
         return None, BLOB if kind in ("str", "enum") else ""
     if kind in ("str", "enum"):
+        if isinstance(v, UUID) and kind == "str":
+            # The horde keys its rows by uuid columns: a UUID is its canonical text.
+            return str(v), None
         if not isinstance(v, str):
             return None, ""
         if kind == "str":

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection, Engine
 from vecsched.service.sql.schema import excluded_pairs
 from sqlalchemy.types import NullType
 
-from vecsched.snapshot.cells import NOT_UTF8, UndecodableText, decode_text, judge_cells
+from vecsched.snapshot.cells import MAX_STRING_BYTES, NOT_UTF8, UndecodableText, decode_text, judge_cells
 from vecsched.snapshot.schema import Column
 from vecsched.snapshot.snapshot import ListColumn
 
@@ -27,6 +27,24 @@ def _epoch(engine_or_conn: Engine | Connection, column: sa.ColumnElement[Any]) -
         # raw and parsed in one vectorized pass (see _sqlite_epochs).
         return sa.type_coerce(column, sa.String())
     return sa.cast(sa.extract("epoch", column), sa.Float(53))
+
+
+def _bounded(conn: Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """On SQLite, a text cell longer than the string bound is cut to one character past it in SQL.
+
+    The cell is rejected either way (too long); cutting it in the database
+    keeps a 5 MB value from ever being read (sqlite3 would spend many times
+    its size fetching it). Bytes are counted as a blob, so a NUL does not end
+    the count. PostgreSQL's driver reads a long text in proportion, and its
+    column may not be text at all, so it is read as is.
+    """
+    if conn.dialect.name != "sqlite":
+        return column
+    limit = MAX_STRING_BYTES
+    return sa.case(
+        (sa.func.length(sa.cast(column, sa.LargeBinary())) > limit, sa.func.substr(column, 1, limit + 1)),
+        else_=column,
+    )
 
 
 class _Raw:
@@ -71,7 +89,11 @@ class _GenericFetch:
             sql_col = table.c[renames.get(col.name, col.name)]
             # The raw cell, not what a SQLAlchemy type would make of it: SQLite
             # keeps any value in any column, and each is judged by value.
-            selected.append(sa.type_coerce(_epoch(self.conn, sql_col) if col.kind == "time" else sql_col, NullType()))
+            if col.kind == "time":
+                sql_col = _epoch(self.conn, sql_col)
+            elif col.kind in ("str", "enum"):
+                sql_col = _bounded(self.conn, sql_col)
+            selected.append(sa.type_coerce(sql_col, NullType()))
         with _gc_paused():
             rows = self._all(sa.select(*selected).order_by(table.c.id))
             raw = list(zip(*rows)) if rows else [() for _ in spec]
@@ -81,14 +103,15 @@ class _GenericFetch:
 
     def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
         with _gc_paused():
-            rows = self._all(sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position))
+            columns = (_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value]))
+            rows = self._all(sa.select(*columns).order_by(table.c[key], table.c.position))
             if not rows:
                 return [], []
             keys, vals = zip(*rows)
             return list(keys), list(vals)
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
-        rows = self._all(sa.select(excluded_pairs.c.worker_id, excluded_pairs.c.wp_id))
+        rows = self._all(sa.select(_bounded(self.conn, excluded_pairs.c.worker_id), _bounded(self.conn, excluded_pairs.c.wp_id)))
         return [p[0] for p in rows], [p[1] for p in rows]
 
     def _all(self, statement: sa.Select[Any]) -> list[Any]:
