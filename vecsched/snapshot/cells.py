@@ -119,6 +119,11 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
         if other.any():
             out.append((other, NOT_STRING))
         items = [v if ok else "" for v, ok in zip(items, is_str.tolist())]
+    # The usual column (short ASCII, no NUL) is cleared by three C-level passes.
+    joined = "".join(items)
+    if joined.isascii() and "\x00" not in joined and max(map(len, items), default=0) <= MAX_STRING_BYTES:
+        return out
+    del joined
     size = np.fromiter(map(len, items), dtype=np.int64, count=n)
     ascii_ = np.fromiter(map(str.isascii, items), dtype=bool, count=n)
     surrogate = np.zeros(n, dtype=bool)
@@ -189,7 +194,8 @@ def judge_cells(
     if sql and kind == "bool" and types <= {int, bool, type(None)}:
         # SQLite's booleans are the integers 0 and 1: one pass over the column.
         try:
-            ints = np.asarray([0 if v is None else v for v in values], dtype=np.int64)
+            filled = [0 if v is None else v for v in values] if null.any() or was_null.any() else values
+            ints = np.asarray(filled, dtype=np.int64) if n else np.zeros(0, dtype=np.int64)
         except OverflowError:
             ints = None
         if ints is not None and ((ints == 0) | (ints == 1)).all():

@@ -150,8 +150,10 @@ def _raw_times(values: list[Any], text: bool) -> _Raw:
     if text:
         # SQLite holds times as text; anything else in the column is not a time (NaN, rejected).
         arr = _sqlite_epochs(values)
+        if UndecodableText not in set(map(type, values)):
+            return _Raw(arr, null)
         undecodable = np.fromiter((isinstance(v, UndecodableText) for v in values), dtype=bool, count=n)
-        return _Raw(arr, null, [(undecodable, NOT_UTF8)] if undecodable.any() else [])
+        return _Raw(arr, null, [(undecodable, NOT_UTF8)])
     # PostgreSQL: extract(epoch) floats, None for NULL.
     return _Raw(np.asarray(values, dtype=np.float64) if n else np.zeros(0), null)
 
