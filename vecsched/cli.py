@@ -14,6 +14,7 @@ from vecsched.snapshot.snapshot import SnapshotError
 class OutputError(SnapshotError):
     """An output file cannot be written (missing folder, no permission, a directory...)."""
 
+
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
 _COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands")
 

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,15 +25,15 @@ import sqlalchemy as sa
 import vecsched
 from vecsched.cli import main
 from vecsched.service import sql as _sql
-from vecsched.service.sql import generic as _generic
 from vecsched.service.job import SQLLoader, run_cycle
+from vecsched.service.sql import generic as _generic
 from vecsched.service.store.sql import SQLStore
 from vecsched.snapshot import cells
 from vecsched.snapshot.cells import printable_id
 from vecsched.synthetic import horde
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sql import _same_snapshot  # noqa: E402 - the differential check of the two SQL paths
+from test_sql import _same_snapshot
 
 SNAP = horde(workers=30, requests=200, seed=4)
 

@@ -13,6 +13,7 @@ import copy
 import json
 import math
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,8 @@ from vecsched.cli import main
 from vecsched.snapshot.cells import MAX_STRING_BYTES, printable_id
 from vecsched.snapshot.snapshot import MAX_DEPTH, SnapshotError, json_depth
 
-import sys  # noqa: E402 - the JSON bad-row machinery lives beside this file
-
 sys.path.insert(0, str(Path(__file__).parent))
-from test_bad_input import J, R, W, base_horde, frames, with_bad_row  # noqa: E402
+from test_bad_input import J, R, W, base_horde, frames, with_bad_row
 
 LONG = "x" * (MAX_STRING_BYTES + 1)
 # Fits by characters but not by bytes: 130 two-byte characters.

@@ -27,7 +27,7 @@ log = logging.getLogger("vecsched.db")
 # replaced, the others' idle connections to the old file are closed too. Until
 # the last connection to the old file closes, SQLite keeps its write-ahead log
 # at "<path>-wal", where a new file at the path would find and replay it.
-_ENGINES: dict[str, "weakref.WeakSet[Engine]"] = {}
+_ENGINES: dict[str, weakref.WeakSet[Engine]] = {}
 
 
 # The -wal and -shm files seen beside each database file (by identity). SQLite

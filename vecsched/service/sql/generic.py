@@ -10,11 +10,16 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-
-from vecsched.service.sql.schema import excluded_pairs
 from sqlalchemy.types import NullType
 
-from vecsched.snapshot.cells import MAX_STRING_BYTES, NOT_UTF8, UndecodableText, decode_text, judge_cells
+from vecsched.service.sql.schema import excluded_pairs
+from vecsched.snapshot.cells import (
+    MAX_STRING_BYTES,
+    NOT_UTF8,
+    UndecodableText,
+    decode_text,
+    judge_cells,
+)
 from vecsched.snapshot.schema import Column
 from vecsched.snapshot.snapshot import ListColumn
 

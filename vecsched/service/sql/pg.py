@@ -11,7 +11,7 @@ from sqlalchemy.engine import Connection
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _Raw, _raw_from_list
 from vecsched.service.sql.schema import excluded_pairs
-from vecsched.snapshot.cells import INT_LIMIT, NOT_BOOL, NOT_FINITE, NOT_INT, INT_RANGE
+from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT
 from vecsched.snapshot.schema import Column
 
 # PostgreSQL epoch (2000-01-01) in Unix microseconds, and the +-infinity timestamps.
