@@ -218,6 +218,27 @@ def test_oversized_strings_cost_their_rows_not_the_cycle(tmp_path: Path) -> None
     assert reading is not None and len(reading.value) < 2**20
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_oversized_strings_on_postgresql_are_cut_in_sql(pg_url: str, fast: bool) -> None:
+    snap = horde(workers=50, requests=500, seed=9)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    worker, request = snap.workers.id[0], snap.requests.id[0]
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE worker_models SET model = repeat('M', 5000000) WHERE worker_id = :w"), {"w": worker})
+        conn.execute(sa.text("UPDATE waiting_prompts SET user_id = repeat('U', 2000000) WHERE id = :r"), {"r": request})
+    _sql.load_horde(engine, snap.now, fast=fast)  # warm-up
+    tracemalloc.start()
+    try:
+        got = _sql.load_horde(engine, snap.now, fast=fast)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert {(e.id, e.field) for e in got.rejected} == {(worker, "models"), (request, "user_id")}
+    # psycopg took 174 MiB to fetch these 7 MB; cut in SQL, they cost nothing.
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
 def test_oversized_strings_from_json_stay_small() -> None:
     doc = horde(workers=50, requests=500, seed=9).to_dict()
     doc["workers"][0]["models"] = ["M" * 5_000_000]

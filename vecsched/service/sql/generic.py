@@ -35,21 +35,26 @@ def _epoch(engine_or_conn: Engine | Connection, column: sa.ColumnElement[Any]) -
 
 
 def _bounded(conn: Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """On SQLite, a text cell longer than the string bound is cut to one character past it in SQL.
+    """A text cell longer than the string bound, cut in SQL to one character past it.
 
     The cell is rejected either way (too long); cutting it in the database
-    keeps a 5 MB value from ever being read (sqlite3 would spend many times
-    its size fetching it). Bytes are counted as a blob, so a NUL does not end
-    the count. PostgreSQL's driver reads a long text in proportion, and its
-    column may not be text at all, so it is read as is.
+    keeps a 5 MB value from ever being fetched (sqlite3 and psycopg spend 17
+    to 25 times a cell's size fetching it). SQLite counts bytes as a blob, so
+    a NUL does not end the count. PostgreSQL reads the column as text, so a
+    horde's uuid or integer key reads as its text, as SQLite's text affinity
+    stores it.
     """
-    if conn.dialect.name != "sqlite":
-        return column
     limit = MAX_STRING_BYTES
-    return sa.case(
-        (sa.func.length(sa.cast(column, sa.LargeBinary())) > limit, sa.func.substr(column, 1, limit + 1)),
-        else_=column,
-    )
+    if conn.dialect.name == "sqlite":
+        size, text = sa.func.length(sa.cast(column, sa.LargeBinary())), column
+    elif conn.dialect.name == "postgresql":
+        text = sa.cast(column, sa.Text())
+        size = sa.func.octet_length(text)
+    else:
+        return column
+    # Literal numbers: the fast path runs the compiled text without parameters.
+    bound, one, cut = (sa.literal_column(str(v)) for v in (limit, 1, limit + 1))
+    return sa.case((size > bound, sa.func.substr(text, one, cut)), else_=text)
 
 
 class _Raw:

@@ -19,7 +19,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw
 from vecsched.service.sql.pg import _PgFetch
-from vecsched.service.sql.schema import _MAIN, worker_models, wp_allowed_workers, wp_models
+from vecsched.service.sql.schema import (
+    _MAIN,
+    worker_models,
+    wp_allowed_workers,
+    wp_models,
+)
 from vecsched.snapshot.schema import REQUIRED, TABLES, Column, RowError, _as_id
 from vecsched.snapshot.snapshot import Snapshot
 

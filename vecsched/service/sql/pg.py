@@ -9,7 +9,13 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from vecsched.service.sql.generic import _Fallback, _GenericFetch, _Raw, _raw_from_list
+from vecsched.service.sql.generic import (
+    _bounded,
+    _Fallback,
+    _GenericFetch,
+    _Raw,
+    _raw_from_list,
+)
 from vecsched.service.sql.schema import excluded_pairs
 from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT
 from vecsched.snapshot.schema import Column
@@ -213,7 +219,10 @@ class _PgFetch(_GenericFetch):
 
     def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
         def build() -> sa.Select[Any]:
-            cols = [table.c[renames.get(col.name, col.name)].label(f"c{k}") for k, col in enumerate(spec)]
+            cols = [
+                (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
+                for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
+            ]
             return self._ordered_aggregate(cols, [table.c.id])
 
         row = self._row(f"main:{table.name}:{','.join(c.name for c in spec)}", build)
@@ -240,7 +249,9 @@ class _PgFetch(_GenericFetch):
     def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
         row = self._row(
             f"link:{table.name}:{key}:{value}",
-            lambda: self._ordered_aggregate([table.c[key], table.c[value]], [table.c[key], table.c.position]),
+            lambda: self._ordered_aggregate(
+                [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])], [table.c[key], table.c.position]
+            ),
         )
         if row[0] is None:
             return [], []
@@ -251,7 +262,10 @@ class _PgFetch(_GenericFetch):
     def pairs(self) -> tuple[list[Any], list[Any]]:
         row = self._row(
             "pairs",
-            lambda: sa.select(sa.func.array_agg(excluded_pairs.c.worker_id), sa.func.array_agg(excluded_pairs.c.wp_id)),
+            lambda: sa.select(
+                sa.func.array_agg(_bounded(self.conn, excluded_pairs.c.worker_id)),
+                sa.func.array_agg(_bounded(self.conn, excluded_pairs.c.wp_id)),
+            ),
         )
         if row[0] is None:
             return [], []
