@@ -374,3 +374,17 @@ def test_db_check_lists_every_rejected_row(tmp_path: Path, base_file: Path, caps
     assert len(out) == 5 and out[-1].startswith("4 rejected rows (requests.n=4)")
     for rid, line in zip(sorted(ids), out):
         assert printable_id(rid) in line and "'n'" in line
+
+
+def test_pg_uuid_keys_read_as_text(pg_url: str) -> None:
+    # The horde keys workers by uuid columns; such a key is its text, on both paths.
+    snap = horde(workers=20, requests=100, seed=4)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    before = _sql.load_horde(engine, snap.now)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE workers ALTER COLUMN id TYPE uuid USING id::uuid"))
+        conn.execute(sa.text("ALTER TABLE worker_models ALTER COLUMN worker_id TYPE uuid USING worker_id::uuid"))
+    for fast in (True, False):
+        got = _sql.load_horde(engine, snap.now, fast=fast)
+        assert got.rejected == () and got.to_dict() == before.to_dict()
