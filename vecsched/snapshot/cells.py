@@ -23,6 +23,7 @@ from typing import Any
 from uuid import UUID
 
 import numpy as np
+import pandas as pd
 
 MAX_STRING_BYTES = 256
 """The longest id, user id, model name, bridge agent or state tag, in UTF-8 bytes.
@@ -201,8 +202,6 @@ def judge_cells(
         if ints is not None and ((ints == 0) | (ints == 1)).all():
             return ints.astype(bool), null, ([(was_null, NOT_BOOL)] if was_null.any() else [])
     if kind == "enum" and types <= {str, type(None)}:
-        import pandas as pd
-
         codes = pd.Index(list(choices), dtype=object).get_indexer(pd.Index(values, dtype=object)).astype(np.int64)
         unknown = (codes < 0) & ~null
         codes[codes < 0] = 0
