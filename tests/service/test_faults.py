@@ -388,3 +388,10 @@ def test_pg_uuid_keys_read_as_text(pg_url: str) -> None:
     for fast in (True, False):
         got = _sql.load_horde(engine, snap.now, fast=fast)
         assert got.rejected == () and got.to_dict() == before.to_dict()
+
+
+@pytest.mark.parametrize("module", ["service/redact", "service/sqlite_file", "snapshot/cells"])
+def test_new_modules_have_type_hints_and_numpydoc(module: str) -> None:
+    from test_publish import _api_problems
+
+    assert _api_problems(f"{vecsched.__path__[0]}/{module}.py") == []

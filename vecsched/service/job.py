@@ -87,6 +87,16 @@ class CycleReport:
 def rejected_counts(rejected: list[RowError]) -> str:
     """``table.field=count`` for each field that rejected rows, most first.
 
+    Parameters
+    ----------
+    rejected : list of RowError
+
+    Returns
+    -------
+    str
+        Comma-separated counts; empty when nothing was rejected. No ids: it
+        goes into the INFO line of the cycle.
+
     Examples
     --------
     >>> from vecsched.snapshot.schema import RowError

@@ -46,6 +46,15 @@ def mask_url(url: str) -> str:
 def mask_text(text: str) -> str:
     """Every ``scheme://user:password@`` in ``text`` with the password as ``***``.
 
+    Parameters
+    ----------
+    text : str
+        Any text: a log message, an exception's message.
+
+    Returns
+    -------
+    str
+
     Examples
     --------
     >>> mask_text("cannot reach redis://default:hunter2@10.0.0.5:6379/0 (timeout)")
@@ -65,6 +74,17 @@ class MaskPasswords(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the record's message (and formatted traceback) in place; always keep the record.
+
+        Parameters
+        ----------
+        record : logging.LogRecord
+
+        Returns
+        -------
+        bool
+            True: the record is emitted, masked.
+        """
         message = record.getMessage()
         masked = mask_text(message)
         if masked != message:
@@ -75,7 +95,21 @@ class MaskPasswords(logging.Filter):
 
 
 def install(logger: logging.Logger | None = None) -> None:
-    """Add :class:`MaskPasswords` to every handler of ``logger`` (default: the root logger)."""
+    """Add :class:`MaskPasswords` to every handler of ``logger`` (default: the root logger).
+
+    Parameters
+    ----------
+    logger : logging.Logger, optional
+        Whose handlers to filter; default the root logger (what ``basicConfig`` set up).
+
+    Examples
+    --------
+    >>> log = logging.getLogger("vecsched.example")
+    >>> log.addHandler(logging.NullHandler())
+    >>> install(log)
+    >>> any(isinstance(f, MaskPasswords) for f in log.handlers[0].filters)
+    True
+    """
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(f, MaskPasswords) for f in handler.filters):
             handler.addFilter(MaskPasswords())

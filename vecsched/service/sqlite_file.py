@@ -57,7 +57,13 @@ def _release_old_file(path: str, noticed_by: Engine) -> None:
 
 
 class DatabaseFileMissing(RuntimeError):
-    """The SQLite file an engine was using is gone (deleted or moved away)."""
+    """The SQLite file an engine was using is gone (deleted or moved away).
+
+    Examples
+    --------
+    >>> str(DatabaseFileMissing("SQLite database file /srv/vs/vecsched.sqlite is missing"))[:20]
+    'SQLite database file'
+    """
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -70,6 +76,15 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 def sqlite_path(engine: Engine) -> str | None:
     """The absolute path of a file-backed SQLite engine, else None.
+
+    Parameters
+    ----------
+    engine : Engine
+
+    Returns
+    -------
+    str or None
+        None for other databases, in-memory SQLite and URI file names.
 
     Examples
     --------

@@ -69,7 +69,12 @@ class UndecodableText:
 
     @property
     def escaped(self) -> str:
-        """The bytes with every invalid one shown as ``\\xNN`` (printable, loggable)."""
+        """The bytes with every invalid one shown as ``\\xNN`` (printable, loggable).
+
+        Returns
+        -------
+        str
+        """
         return self.raw.decode("utf-8", "backslashreplace")
 
     def __repr__(self) -> str:
@@ -78,6 +83,15 @@ class UndecodableText:
 
 def decode_text(raw: bytes) -> str | UndecodableText:
     """``raw`` as UTF-8 text, or an :class:`UndecodableText` (a sqlite3 ``text_factory``).
+
+    Parameters
+    ----------
+    raw : bytes
+        A text cell's bytes as SQLite holds them.
+
+    Returns
+    -------
+    str or UndecodableText
 
     Examples
     --------
@@ -97,6 +111,16 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
     PostgreSQL nor the published state can hold one), more than
     :data:`MAX_STRING_BYTES` UTF-8 bytes. Whole columns are checked with C-level
     passes; only non-ASCII strings are encoded one by one.
+
+    Parameters
+    ----------
+    values : sequence or ndarray of object
+        One column's cells (or a list column's entries).
+
+    Returns
+    -------
+    list of (ndarray of bool, str)
+        One boolean mask per broken rule, with its message; empty when all is well.
 
     Examples
     --------
@@ -143,6 +167,16 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
 def printable_id(value: Any) -> str | None:
     """An id fit for an error message: escaped if undecodable or surrogate, cut if oversized.
 
+    Parameters
+    ----------
+    value : object
+        The id cell as read.
+
+    Returns
+    -------
+    str or None
+        None when the cell is not text at all.
+
     Examples
     --------
     >>> printable_id("w1"), printable_id(7), printable_id("x" * 1000)[-12:]
@@ -174,6 +208,28 @@ def judge_cells(
     ``sql`` admits SQL's spelling of booleans (the integers 0 and 1, as SQLite
     stores them); every other rule is the same for every source. Bad cells
     hold a placeholder (0, ``False``, ``""``) in the array.
+
+    Parameters
+    ----------
+    kind : str
+        The column's kind.
+    values : list
+        The cells as read (Python objects).
+    choices : tuple of str
+        An enumeration's names; its cells become their codes.
+    nullable : bool
+        Whether ``None`` is NULL (SQL) or a bad cell (a JSON null where none is allowed).
+    sql : bool
+        Whether the cells come from SQL (0 and 1 are booleans there).
+
+    Returns
+    -------
+    array : ndarray
+        Typed values: object (str), bool, int64 (int, enum codes), float64 (NaN for NULL).
+    null : ndarray of bool
+        Where the cell was NULL.
+    problems : list of (ndarray of bool, str)
+        The bad cells, one mask per message.
 
     Examples
     --------
