@@ -32,13 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=_synth)
 
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.add_commands(sub)
+        importlib.import_module(name).add_commands(sub)
 
     args = parser.parse_args(argv)
     try:
@@ -49,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _estimate(args: argparse.Namespace) -> int:
-    from . import estimate, load_snapshot
+    from vecsched.core.estimate import estimate
+    from vecsched.snapshot.snapshot import load_snapshot
 
     snapshot = load_snapshot(args.snapshot)
     for error in snapshot.rejected:

@@ -31,7 +31,9 @@ import pandas as pd
 
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from vecsched.core.rules import ONLINE_WINDOW_SECONDS
-from vecsched.snapshot.snapshot import ListColumn, Snapshot, _to_epoch
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot
+from vecsched.snapshot.times import to_epoch
 
 __all__ = ["DEFAULT_NOW", "REQUEST_LIFETIME", "SHAPE_DEFAULTS", "SHAPE_OPTIONS", "horde", "shape_options"]
 
@@ -211,7 +213,7 @@ def horde(
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     opts = shape_options(**shape)
-    t_now = DEFAULT_NOW if now is None else _to_epoch(now)
+    t_now = DEFAULT_NOW if now is None else to_epoch(now)
     rng = np.random.default_rng(seed)
     ref = _reference()
     users = _draw_users(rng, int(workers), int(requests), opts)

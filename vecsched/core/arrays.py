@@ -16,7 +16,8 @@ import pandas as pd
 from vecsched.core import rules
 from vecsched.snapshot.schema import SOURCE_PROCESSING, TEXT
 from vecsched.core.groups import set_codes
-from vecsched.snapshot.snapshot import ListColumn, Snapshot
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot
 
 # What an image request may need of a worker, one bit each.
 NEED_BITS = (

@@ -43,7 +43,7 @@ from vecsched.core.groups import (
     unique_rows,
     unpack_words,
 )
-from vecsched.snapshot.snapshot import ListColumn
+from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23

@@ -27,9 +27,11 @@ import pandas as pd
 from vecsched.core.arrays import WorkerArrays, request_arrays, take_rows, worker_arrays
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.core.eligibility import eligibility
+from vecsched.core.estimate import estimate
 from vecsched.core.result import Estimates
 from vecsched.core.groups import factorize_rows, or_by_segments, set_codes, unpack_words
-from vecsched.snapshot.snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot, SnapshotError, columns_from_records
 
 STATE_VERSION = 2
 _LIST_FIELDS = ("models",)
@@ -84,8 +86,6 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     {'eligible_workers': 1, 'eligible_worker_threads': 1, 'ahead_wait': 10.0, 'queue_position': 1}
     """
     if estimates is None:
-        from vecsched.core.estimate import estimate
-
         estimates = estimate(snapshot)
     w, r = snapshot.workers, snapshot.requests
     users, user_codes = _user_codes(w.user_id, r.user_id)
@@ -149,7 +149,7 @@ def answer_prospective(
     row["n"] = 1  # the answer does not depend on the request's own size
     errors: list[RowError] = []
     times = {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}
-    cols = _columns_from_records("requests", [row | times], errors)
+    cols = columns_from_records("requests", [row | times], errors)
     single = Snapshot.from_columns(now, {}, cols, rejected=errors)
     if single.rejected:
         raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from vecsched.snapshot.schema import GENTYPES, RowError
-from vecsched.snapshot.snapshot import Snapshot, _iso
+from vecsched.snapshot.snapshot import Snapshot
+from vecsched.snapshot.times import iso
 
 FORMAT = "vecsched.estimates/1"
 
@@ -136,7 +137,7 @@ class Estimates:
         }
         return {
             "format": FORMAT,
-            "now": _iso(self.now),
+            "now": iso(self.now),
             "horde": self.horde,
             "estimates": estimates,
         }

@@ -114,10 +114,10 @@ def _db_load(args: argparse.Namespace) -> int:
 
 
 def _db_dump(args: argparse.Namespace) -> int:
-    from vecsched.snapshot.snapshot import _to_epoch
+    from vecsched.snapshot.times import to_epoch
     from vecsched.service.sql import load_horde, make_engine
 
-    now = _to_epoch(args.now) if args.now else time.time()
+    now = to_epoch(args.now) if args.now else time.time()
     snapshot = load_horde(make_engine(_db_url(args)), now)
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vecsched.core.prospective import build_prospective_state
 from vecsched.snapshot.schema import RowError
 from vecsched.service.publish import Cycle, Store, encode_payloads
 from vecsched.snapshot.snapshot import Snapshot
@@ -120,12 +121,6 @@ def _default_estimate(snapshot: Snapshot) -> Any:
 
 
 def _prospective_state(snapshot: Snapshot, estimates: Any) -> bytes:
-    try:
-        from vecsched.core.prospective import build_prospective_state
-    except ModuleNotFoundError as exc:
-        if exc.name != "vecsched.core.prospective":
-            raise
-        return b""  # not built yet: the prospective read answers "unknown"
     return build_prospective_state(snapshot, estimates)
 
 

@@ -48,7 +48,8 @@ from vecsched.core.rules import (
     text_model_parameters,
     text_speed_floor,
 )
-from vecsched.snapshot.snapshot import Snapshot, _iso
+from vecsched.snapshot.snapshot import Snapshot
+from vecsched.snapshot.times import iso
 
 EPOCH = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc).timestamp()
 EXPIRY_SECONDS = 1200.0  # a request not started within 20 minutes expires
@@ -351,7 +352,7 @@ class Simulation:
     def _record(self, kind: str, **fields: Any) -> None:
         if "gentype" in fields:
             fields["gentype"] = GENTYPES[fields["gentype"]]
-        self.log.append({"t": self.now, "time": _iso(self.now), "kind": kind, **fields})
+        self.log.append({"t": self.now, "time": iso(self.now), "kind": kind, **fields})
 
     # -- workers ------------------------------------------------------------------
     def add_worker(self, worker: SimWorker) -> None:
@@ -578,11 +579,11 @@ class Simulation:
             "worker_id": w.id,
             "worker_state": w.state,
             "request_id": r.id,
-            "request_created": _iso(r.created),
+            "request_created": iso(r.created),
             "request_extra_priority": r.priority(now),
             "selected_from_priority_queue": from_priority,
             "priority_user_ids": list(w.priority_user_ids),
-            "dispatched_at": _iso(now),
+            "dispatched_at": iso(now),
             "assigned_work": r.work,
         }
         self.dispatches.append(dispatch)
@@ -600,7 +601,7 @@ class Simulation:
         job.ended = self.now
         w.busy -= 1
         self.capacity_returns.append(
-            {"dispatch_id": job.dispatch_id, "worker_id": w.id, "returned_at": _iso(self.now)}
+            {"dispatch_id": job.dispatch_id, "worker_id": w.id, "returned_at": iso(self.now)}
         )
         self._record("capacity_return", request_id=r.id, gentype=r.gentype, worker_id=w.id,
                      job_id=job.id, dispatch_id=job.dispatch_id)
@@ -679,7 +680,7 @@ class Simulation:
                 jcols["state"].append(job.state)
         rcols["models"] = [list(m) for m in rcols["models"]]
         rcols["worker_ids"] = [list(m) for m in rcols["worker_ids"]]
-        cut = _iso(now - window)
+        cut = iso(now - window)
         # ISO strings of one format compare in time order.
         dispatches = [d for d in self.dispatches if d["dispatched_at"] >= cut]
         returns = [c for c in self.capacity_returns if c["returned_at"] >= cut]
