@@ -23,14 +23,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
-from vecsched.core.rules import ONLINE_WINDOW_SECONDS
+from vecsched.core.rules import ONLINE_WINDOW_SECONDS, model_table
 from vecsched.snapshot.lists import ListColumn
 from vecsched.snapshot.snapshot import Snapshot
 from vecsched.snapshot.times import to_epoch
@@ -251,11 +250,7 @@ class _Reference:
 
 @lru_cache(maxsize=1)
 def _reference() -> _Reference:
-    data = resources.files("vecsched.data")
-    with data.joinpath("text_models.csv").open("r", encoding="utf-8") as fh:
-        text = pd.read_csv(fh)
-    with data.joinpath("image_models.csv").open("r", encoding="utf-8") as fh:
-        image = pd.read_csv(fh)
+    text, image = model_table("text"), model_table("image")
     text_names = text["name"].to_numpy(dtype=object)
     image_names = image["name"].to_numpy(dtype=object)
     return _Reference(

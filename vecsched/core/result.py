@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vecsched.core.arrays import RequestArrays, WorkerArrays
 from vecsched.snapshot.schema import GENTYPES, RowError
-from vecsched.snapshot.snapshot import Snapshot
 from vecsched.snapshot.times import iso
 
 FORMAT = "vecsched.estimates/1"
@@ -69,6 +69,53 @@ class EstimateOptions:
 
 
 @dataclass(frozen=True)
+class QueueSignatures:
+    """What the batch learnt about the queue of one gentype that a prospective answer reuses.
+
+    Attributes
+    ----------
+    rows : ndarray
+        Positions (in the estimate's waiting requests) of this gentype's requests.
+    signature : ndarray
+        Each of those requests' (merged) signature.
+    n_signatures : int
+        How many signatures there are.
+    class_rows : ndarray of uint64
+        Per worker take class, the signatures it could take (64-bit words).
+    worker_class : ndarray
+        The take class of each usable worker of the gentype, in worker row order.
+    """
+
+    rows: np.ndarray
+    signature: np.ndarray
+    n_signatures: int
+    class_rows: np.ndarray
+    worker_class: np.ndarray
+
+
+@dataclass(frozen=True)
+class CompetitionState:
+    """The batch's intermediate results a prospective answer is built from, typed.
+
+    Attributes
+    ----------
+    workers : WorkerArrays
+        Every worker's gate inputs, as the batch derived them.
+    users : ndarray
+        User names by the codes ``workers.user`` and ``queue.user`` hold.
+    queue : RequestArrays
+        The waiting requests' gate inputs (priority, jobs, output per job...).
+    by_gentype : dict of str to QueueSignatures
+        One entry per gentype with eligibility-aware figures.
+    """
+
+    workers: WorkerArrays
+    users: np.ndarray
+    queue: RequestArrays
+    by_gentype: dict[str, QueueSignatures]
+
+
+@dataclass(frozen=True)
 class Estimates:
     """The figures of every waiting request of one snapshot.
 
@@ -99,7 +146,7 @@ class Estimates:
     timings: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     rejected: tuple[RowError, ...] = ()
-    extras: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    competition: CompetitionState | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.request_id)

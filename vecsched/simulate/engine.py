@@ -40,11 +40,14 @@ from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, GENTYPES, IMAGE, TEXT
 from vecsched.core.rules import (
     ASSUMED_IMAGE_SPEED,
     ASSUMED_TEXT_SPEED,
-    CAP,
     IMAGE_SLOW_SPEED,
     VALIDATED_TEXT_BRIDGES,
     bridge_capabilities,
+    image_option_bits,
+    image_options_used,
     inpainting_models,
+    options_served,
+    parse_bridge_agents,
     text_model_parameters,
     text_speed_floor,
 )
@@ -58,16 +61,6 @@ AGING_STEP = 50  # ... each waiting request gains 50 priority
 EVENT_WINDOW = 900.0  # dispatches and returns kept in snapshots (SPEC: at least 10 minutes)
 OFFLINE_KEEP = 600.0  # a departed worker stays in snapshots (offline) this long
 CHECK_IN_PERIOD = 60.0  # workers check in at least this often while present
-
-_ALLOW = {  # request option -> the worker allow flag it needs (SPEC 3, image 9)
-    "img2img": "allow_img2img",
-    "painting": "allow_painting",
-    "post_processing": "allow_post_processing",
-    "controlnet": "allow_controlnet",
-    "lora": "allow_lora",
-    "transparent": "allow_sdxl_controlnet",
-}
-
 
 @dataclass(eq=False)
 class SimWorker:
@@ -109,11 +102,9 @@ class SimWorker:
     state_version: int = 0
     # derived once per declaration change
     model_set: frozenset[str] = frozenset()
-    caps: int = 0
-    allow_bits: int = 0
+    options: int = 0  # rules.OPTION_BIT bits of the image options it serves
     validated: bool = False
     floor: float = 0.0
-    has_inpainting: bool = False
 
     def __post_init__(self) -> None:
         if self.chat_max_length is None:
@@ -125,16 +116,10 @@ class SimWorker:
     def derive(self) -> None:
         """Recompute what eligibility reads from the declaration."""
         self.model_set = frozenset(self.models)
-        name, _, rest = self.bridge_agent.partition(":")
-        version = rest.split(":", 1)[0]
-        major = version.split(".", 1)[0]
-        self.caps = bridge_capabilities(name, int(major) if major.isdigit() else 0)
+        names, versions = parse_bridge_agents(np.array([self.bridge_agent], dtype=object))
+        name = str(names[0])
+        caps = bridge_capabilities(name, int(versions[0]))
         self.validated = name in VALIDATED_TEXT_BRIDGES
-        bits = 0
-        for k, flag in enumerate(_ALLOW.values()):
-            if getattr(self, flag):
-                bits |= 1 << k
-        self.allow_bits = bits
         if self.gentype == TEXT:
             params = text_model_parameters().get(self.models[0], 0.0) if self.models else 0.0
             if not params == params:  # NaN in the reference list: unknown size
@@ -142,7 +127,8 @@ class SimWorker:
             self.floor = float(text_speed_floor(np.asarray([params], dtype=float))[0])
         else:
             self.floor = IMAGE_SLOW_SPEED
-            self.has_inpainting = any(m in inpainting_models() for m in self.models)
+            can_paint = any(m in inpainting_models() for m in self.models)
+            self.options = int(options_served(self, caps, can_paint))
 
     @property
     def speed(self) -> float | None:
@@ -213,9 +199,7 @@ class SimRequest:
     finished_jobs: int = 0
     # derived
     model_set: frozenset[str] = frozenset()
-    need_caps: int = 0
-    need_allow: int = 0
-    painting: bool = False
+    options: int = 0  # rules.OPTION_BIT bits of the image options it uses
     key: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -228,29 +212,7 @@ class SimRequest:
         # created), and the common term drops out of every comparison.
         self.key = (-(self.base_priority - AGING_STEP * tick), self.created, self.id)
         if self.gentype == IMAGE:
-            caps, allow = 0, []
-            img2img = self.source_image or self.source_processing != 0
-            self.painting = self.source_processing in (2, 3)
-            for used, cap, flag in (
-                (img2img, "img2img", "img2img"),
-                (self.painting, "inpainting", "painting"),
-                (self.post_processing > 0, "post_processing", "post_processing"),
-                (self.control_type, "controlnet", "controlnet"),
-                (self.loras, "lora", "lora"),
-                (self.tis, "textual_inversion", None),
-                (self.hires_fix, "hires_fix", None),
-                (self.tiling, "tiling", None),
-                (self.transparent, "layer_diffuse", "transparent"),
-                (self.extra_source_images, "extra_source_images", None),
-                (self.r2, "r2", None),
-            ):
-                if used:
-                    caps |= int(CAP[cap])
-                    if flag is not None:
-                        allow.append(flag)
-            self.need_caps = caps
-            names = list(_ALLOW)
-            self.need_allow = sum(1 << names.index(a) for a in allow)
+            self.options = int(image_option_bits(image_options_used(self)))
 
     def priority(self, now: float) -> int:
         """``extra_priority`` at ``now``, aging included."""
@@ -509,9 +471,7 @@ class Simulation:
             return False
         if w.extra_slow_worker and not r.extra_slow_workers:
             return False
-        if (r.need_caps & ~w.caps) or (r.need_allow & ~w.allow_bits):
-            return False
-        if r.painting and not w.has_inpainting:
+        if r.options & ~w.options:
             return False
         return True
 
