@@ -23,6 +23,11 @@ and chat mode and limits) with a queued request's *signature* (its set, chat
 flag, length ranks or size rank). Signatures that every take class treats
 alike are merged, and each group's takeable signatures are the OR of the rows
 of the take classes among its eligible workers.
+
+:func:`eligibility` runs these as named steps, each returning a frozen result:
+gate columns (the one place text and image part ways, :data:`_GENTYPE_GATES`),
+model sets, flag tables, shared groups, special groups, special sums and, with
+competition, the takes.
 """
 
 from __future__ import annotations

@@ -135,6 +135,9 @@ class Estimates:
     groups : dict
         How many request groups, worker groups and competition classes the
         grouping formed.
+    competition : CompetitionState or None
+        The batch's intermediate results a cycle publishes for prospective
+        answers (:func:`vecsched.core.prospective.build_prospective_state`).
     """
 
     now: float

@@ -36,14 +36,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, GENTYPES, IMAGE, TEXT
+from vecsched.reference import passes_image_limits, passes_shared_gates, passes_text_gates
+from vecsched.snapshot.schema import CHAT_MODES, CHAT_NONE, GENTYPES, IMAGE, SOURCE_PROCESSING, TEXT
 from vecsched.core.rules import (
     ASSUMED_IMAGE_SPEED,
     ASSUMED_TEXT_SPEED,
     IMAGE_SLOW_SPEED,
-    VALIDATED_TEXT_BRIDGES,
     bridge_capabilities,
-    image_option_bits,
+    OPTION_BIT,
     image_options_used,
     inpainting_models,
     options_served,
@@ -61,6 +61,20 @@ AGING_STEP = 50  # ... each waiting request gains 50 priority
 EVENT_WINDOW = 900.0  # dispatches and returns kept in snapshots (SPEC: at least 10 minutes)
 OFFLINE_KEEP = 600.0  # a departed worker stays in snapshots (offline) this long
 CHECK_IN_PERIOD = 60.0  # workers check in at least this often while present
+
+_ENUM_NAMES = {"gentype": GENTYPES, "chat_mode": CHAT_MODES, "source_processing": SOURCE_PROCESSING}
+
+
+def _reference_row(item: SimWorker | SimRequest, names: tuple[str, ...]) -> dict[str, Any]:
+    """Snapshot columns as :mod:`vecsched.reference` reads a row (enums by name), so that
+    the simulator's gates can be the reference's own predicates. A plain dict: the gates
+    read it many times per event."""
+    row = {name: getattr(item, name) for name in (*names, "model_set")}
+    for name, labels in _ENUM_NAMES.items():
+        if name in row:
+            row[name] = labels[row[name]]
+    return row
+
 
 @dataclass(eq=False)
 class SimWorker:
@@ -103,7 +117,6 @@ class SimWorker:
     # derived once per declaration change
     model_set: frozenset[str] = frozenset()
     options: int = 0  # rules.OPTION_BIT bits of the image options it serves
-    validated: bool = False
     floor: float = 0.0
 
     def __post_init__(self) -> None:
@@ -112,14 +125,21 @@ class SimWorker:
         if self.chat_max_context_length is None:
             self.chat_max_context_length = self.max_context_length
         self.derive()
+        self.row = _reference_row(self, _WORKER_FIELDS)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A declaration may change mid-run (models, chat mode): its row follows at once.
+        object.__setattr__(self, name, value)
+        row = self.__dict__.get("row")
+        if row is not None and name in row:
+            labels = _ENUM_NAMES.get(name)
+            row[name] = value if labels is None else labels[value]
 
     def derive(self) -> None:
         """Recompute what eligibility reads from the declaration."""
         self.model_set = frozenset(self.models)
         names, versions = parse_bridge_agents(np.array([self.bridge_agent], dtype=object))
-        name = str(names[0])
-        caps = bridge_capabilities(name, int(versions[0]))
-        self.validated = name in VALIDATED_TEXT_BRIDGES
+        caps = bridge_capabilities(str(names[0]), int(versions[0]))
         if self.gentype == TEXT:
             params = text_model_parameters().get(self.models[0], 0.0) if self.models else 0.0
             if not params == params:  # NaN in the reference list: unknown size
@@ -211,8 +231,10 @@ class SimRequest:
         # queue order is fixed at arrival: priority now = base + 50 * (ticks since
         # created), and the common term drops out of every comparison.
         self.key = (-(self.base_priority - AGING_STEP * tick), self.created, self.id)
+        self.row = _reference_row(self, _REQUEST_FIELDS)
         if self.gentype == IMAGE:
-            self.options = int(image_option_bits(image_options_used(self)))
+            used = image_options_used(self)
+            self.options = sum(int(bit) for name, bit in OPTION_BIT.items() if used[name])
 
     def priority(self, now: float) -> int:
         """``extra_priority`` at ``now``, aging included."""
@@ -438,42 +460,19 @@ class Simulation:
         return True
 
     def _passes_other_gates(self, w: SimWorker, r: SimRequest) -> bool:
-        """Every gate but the text speed gate (image speed gates are applied in eligible)."""
+        """Every gate but the speed gates: the simulated state here, the declarations
+        by the reference's own predicates (SPEC section 3), the image options by their bits."""
         if w.gentype != r.gentype or not w.online or w.paused:
             return False
         if r.status != "waiting" or r.n <= 0:
             return False
-        if w.maintenance and r.user_id != w.user_id:
-            return False
-        if (r.nsfw and not w.nsfw) or (r.trusted_workers and not w.owner_trusted):
-            return False
-        if r.worker_ids and ((w.id in r.worker_ids) == r.worker_blacklist):
-            return False
-        if r.model_set and r.model_set.isdisjoint(w.model_set):
-            return False
         if r.excluded and w.id in r.excluded:
             return False
+        if not passes_shared_gates(w.row, r.row):
+            return False
         if r.gentype == TEXT:
-            if r.is_chat:
-                if w.chat_mode == CHAT_NONE:
-                    return False
-                if r.max_length > w.chat_max_length or r.max_context_length > w.chat_max_context_length:
-                    return False
-            else:
-                if w.chat_mode == CHAT_ONLY:
-                    return False
-                if r.max_length > w.max_length or r.max_context_length > w.max_context_length:
-                    return False
-            if r.validated_backends and not w.validated:
-                return False
-            return True
-        if r.width * r.height > w.max_pixels:
-            return False
-        if w.extra_slow_worker and not r.extra_slow_workers:
-            return False
-        if r.options & ~w.options:
-            return False
-        return True
+            return passes_text_gates(w.row, r.row)
+        return passes_image_limits(w.row, r.row) and not (r.options & ~w.options)
 
     def _chat_has_fast(self, r: SimRequest) -> bool:
         cached = self._chat_cache.get(r.id)
