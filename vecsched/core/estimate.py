@@ -103,7 +103,14 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         timings=stages.seconds,
         groups=groups,
         rejected=snapshot.rejected,
-        competition=CompetitionState(workers=batch.workers, users=batch.users, queue=batch.queue, by_gentype=queues),
+        competition=CompetitionState(
+            workers=batch.workers,
+            users=batch.users,
+            priority=batch.queue.priority,
+            jobs=batch.queue.n,
+            output=batch.queue.output,
+            by_gentype=queues,
+        ),
     )
 
 

@@ -25,11 +25,11 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core import figures
-from vecsched.core.arrays import RequestArrays, WorkerArrays, request_arrays, take_rows
+from vecsched.core.arrays import WorkerArrays, request_arrays, take_rows
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.core.eligibility import eligibility
 from vecsched.core.estimate import estimate
-from vecsched.core.result import Estimates, QueueSignatures
+from vecsched.core.result import CompetitionState, Estimates, QueueSignatures
 from vecsched.core.groups import factorize_rows, or_by_segments, set_codes, unpack_words
 from vecsched.snapshot.lists import ListColumn
 from vecsched.snapshot.snapshot import Snapshot, SnapshotError, columns_from_records
@@ -102,14 +102,14 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     }
     arrays.update(_pack(wk, "w_"))
     for name, queue in batch.by_gentype.items():
-        arrays.update(_queue_levels(name, queue, batch.queue))
+        arrays.update(_queue_levels(name, queue, batch))
     return ProspectiveState(arrays).to_bytes()
 
 
-def _queue_levels(name: str, queue: QueueSignatures, waiting: RequestArrays) -> dict[str, np.ndarray]:
+def _queue_levels(name: str, queue: QueueSignatures, batch: CompetitionState) -> dict[str, np.ndarray]:
     """The queue of one gentype reduced to totals per (signature, priority level)."""
-    priority = waiting.priority[queue.rows]
-    n = waiting.n[queue.rows]
+    priority = batch.priority[queue.rows]
+    n = batch.jobs[queue.rows]
     level, level_first = factorize_rows(queue.signature, priority)
     levels = len(level_first)
     return {
@@ -120,7 +120,7 @@ def _queue_levels(name: str, queue: QueueSignatures, waiting: RequestArrays) -> 
         f"{name}_level_priority": priority[level_first],
         f"{name}_level_count": np.bincount(level, minlength=levels).astype(np.int64),
         f"{name}_level_jobs": np.bincount(level, weights=n, minlength=levels).astype(np.int64),
-        f"{name}_level_work": np.bincount(level, weights=n * waiting.output[queue.rows], minlength=levels).astype(np.int64),
+        f"{name}_level_work": np.bincount(level, weights=n * batch.output[queue.rows], minlength=levels).astype(np.int64),
     }
 
 

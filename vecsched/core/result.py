@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vecsched.core.arrays import RequestArrays, WorkerArrays
+from vecsched.core.arrays import WorkerArrays
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.snapshot.times import iso
 
@@ -102,16 +102,19 @@ class CompetitionState:
     workers : WorkerArrays
         Every worker's gate inputs, as the batch derived them.
     users : ndarray
-        User names by the codes ``workers.user`` and ``queue.user`` hold.
-    queue : RequestArrays
-        The waiting requests' gate inputs (priority, jobs, output per job...).
+        User names by the codes ``workers.user`` holds.
+    priority, jobs, output : ndarray
+        Per waiting request (aligned with the estimates): its extra priority,
+        its jobs left and the output of one job (tokens or pixel-steps).
     by_gentype : dict of str to QueueSignatures
         One entry per gentype with eligibility-aware figures.
     """
 
     workers: WorkerArrays
     users: np.ndarray
-    queue: RequestArrays
+    priority: np.ndarray
+    jobs: np.ndarray
+    output: np.ndarray
     by_gentype: dict[str, QueueSignatures]
 
 
