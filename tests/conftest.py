@@ -58,7 +58,7 @@ def redis_prefix() -> str:
 @pytest.fixture
 def redis_store(redis_prefix: str) -> Iterator["object"]:
     """A RedisStore on the machine's Redis under a unique prefix, its keys deleted afterwards."""
-    from vecsched.service.publish import RedisStore
+    from vecsched.service.store.redis import RedisStore
 
     store = RedisStore(REDIS_BASE, prefix=redis_prefix)
     try:

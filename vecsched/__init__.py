@@ -35,9 +35,9 @@ _LAZY = {
     "run_cycle": ".service.job",
     "CycleReport": ".service.job",
     "SQLLoader": ".service.job",
-    "RedisStore": ".service.publish",
-    "SQLStore": ".service.publish",
-    "open_store": ".service.publish",
+    "RedisStore": ".service.store.redis",
+    "SQLStore": ".service.store.sql",
+    "open_store": ".service.config",
     "load_horde": ".service.sql",
     "import_snapshot": ".service.sql",
 }

@@ -17,7 +17,8 @@ import sqlalchemy as sa
 import vecsched
 from vecsched.service import sql as _sql
 from vecsched.service.job import SQLLoader, run_cycle, run_service
-from vecsched.service.publish import RedisStore, SQLStore
+from vecsched.service.store.redis import RedisStore
+from vecsched.service.store.sql import SQLStore
 from vecsched.service.read import status
 from vecsched.synthetic import horde
 

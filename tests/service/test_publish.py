@@ -12,14 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vecsched.service.publish import (
-    Cycle,
-    RedisStore,
-    SQLStore,
-    decode_payload,
-    encode_payloads,
-    parse_cycle_id,
-)
+from vecsched.service.store.base import Cycle, parse_cycle_id
+
+from vecsched.service.store.redis import RedisStore
+
+from vecsched.service.store.sql import SQLStore
+
+from vecsched.service.payload import decode_payload, encode_payloads
 
 
 def _cycle(make_estimates, t: float, ids: list[str], mark: int, interval: float = 5.0) -> Cycle:
@@ -319,7 +318,7 @@ def _api_problems(path: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("module", ["service/publish", "service/read", "service/job"])
+@pytest.mark.parametrize("module", ["service/store/redis", "service/store/sql", "service/store/base", "service/payload", "service/config", "service/read", "service/job"])
 def test_public_api_has_type_hints_and_numpydoc(module) -> None:
     import vecsched
 

@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 import vecsched
 from vecsched.service import sql as _sql
+from vecsched.service.config import default_database_url
+from vecsched.service.sql import generic as _generic, pg as _pg
 from vecsched.cli import main
 from vecsched.synthetic import horde
 
@@ -146,7 +148,7 @@ def test_env_url_is_used(tmp_path, monkeypatch) -> None:
     assert sa.inspect(_sql.make_engine(f"sqlite:///{tmp_path / 'env.sqlite'}")).has_table("waiting_prompts")
     monkeypatch.delenv("VECSCHED_DATABASE_URL")
     monkeypatch.setenv("VECSCHED_HOME", str(tmp_path))
-    assert _sql.default_database_url() == f"sqlite:///{tmp_path / 'vecsched.sqlite'}"
+    assert default_database_url() == f"sqlite:///{tmp_path / 'vecsched.sqlite'}"
 
 
 def _same_snapshot(a: vecsched.Snapshot, b: vecsched.Snapshot) -> None:
@@ -204,7 +206,7 @@ def test_fast_path_loads_what_the_generic_path_loads(pg_url: str, monkeypatch) -
         conn.execute(sa.text("ALTER TABLE processing_gens ALTER COLUMN started TYPE timestamp "
                              "USING started AT TIME ZONE 'UTC'"))
     # Fails if the fast path quietly fell back to the generic one.
-    monkeypatch.setattr(_sql._GenericFetch, "main", None)
+    monkeypatch.setattr(_generic._GenericFetch, "main", None)
     fast = _sql.load_horde(engine, NOW.timestamp())
     monkeypatch.undo()
     _same_snapshot(fast, _sql.load_horde(engine, NOW.timestamp(), fast=False))
@@ -214,8 +216,8 @@ def test_pg_epochs_round_once_like_postgresql() -> None:
     import numpy as np
 
     us = np.array([0, 123457, -1, 2**53, -(2**60), np.iinfo(np.int64).max, np.iinfo(np.int64).min])
-    got = _sql._pg_epochs(us)
-    want = [(int(u) + _sql._PG_EPOCH_US) / 1_000_000 for u in us[:5]] + [float("inf"), float("-inf")]
+    got = _pg._pg_epochs(us)
+    want = [(int(u) + _pg._PG_EPOCH_US) / 1_000_000 for u in us[:5]] + [float("inf"), float("-inf")]
     assert got.tolist() == want
 
 
@@ -253,6 +255,6 @@ def test_binary_array_parse_with_and_without_nulls(oid: int, fmt: str, p_null: f
     for v, z in zip(values.tolist(), null.tolist()):
         x = v > 0 if fmt == "?" else (float(v) if fmt in "fd" else v)
         parts.append(struct.pack(">i", -1) if z else struct.pack(">i" + fmt, width, x))
-    got = _sql._parse_pg_array(b"".join(parts), oid)
+    got = _pg._parse_pg_array(b"".join(parts), oid)
     assert got.null.tolist() == null.tolist()
     assert got.values.tolist() == np.where(null, 0, values > 0 if fmt == "?" else values).tolist()

@@ -14,7 +14,10 @@ import pytest
 import vecsched
 from vecsched.service import sql as _sql
 from vecsched.service.job import SQLLoader, run_cycle
-from vecsched.service.publish import Cycle, RedisStore, SQLStore, encode_payloads
+from vecsched.service.store.base import Cycle
+from vecsched.service.store.redis import RedisStore
+from vecsched.service.store.sql import SQLStore
+from vecsched.service.payload import encode_payloads
 from vecsched.service.read import AllowancePolicy, prospective, status
 from vecsched.cli import main
 from vecsched.synthetic import horde
@@ -195,7 +198,7 @@ def _overwrite_published_state(store, cycle_id: str, blob: bytes) -> None:
     if isinstance(store, RedisStore):
         store.client.set(f"{store.prefix}:c:{cycle_id}:p", blob)
     else:
-        from vecsched.service.publish import vs_cycles
+        from vecsched.service.store.sql import vs_cycles
 
         with store.engine.begin() as conn:
             conn.execute(vs_cycles.update().where(vs_cycles.c.id == cycle_id).values(prospective=blob))

@@ -130,13 +130,13 @@ def _env_flag(name: str) -> bool:
 
 
 def _db_url(args: argparse.Namespace) -> str:
-    from vecsched.service.sql import default_database_url
+    from vecsched.service.config import default_database_url
 
     return args.db or default_database_url()
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from vecsched.service.publish import open_store
+    from vecsched.service.config import open_store
 
     return open_store(redis_url=args.redis, database_url=_db_url(args), prefix=args.prefix)
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from vecsched.snapshot.schema import RowError
-from vecsched.service.publish import Cycle, Store, encode_payloads
+from vecsched.service.store.base import Cycle, Store
+from vecsched.service.payload import encode_payloads
 from vecsched.snapshot.snapshot import Snapshot
 
 log = logging.getLogger("vecsched.job")
@@ -148,7 +149,7 @@ def run_cycle(
     load : callable
         ``load(now) -> Snapshot``, e.g. :class:`SQLLoader`.
     store : Store
-        :class:`~vecsched.service.publish.RedisStore` or :class:`~vecsched.service.publish.SQLStore`.
+        :class:`~vecsched.service.store.redis.RedisStore` or :class:`~vecsched.service.store.sql.SQLStore`.
     clock : callable
         Epoch seconds; the cycle time, stamped on every published figure.
     interval : float
@@ -162,7 +163,7 @@ def run_cycle(
 
     Examples
     --------
-    >>> from vecsched.service.publish import SQLStore
+    >>> from vecsched.service.store.sql import SQLStore
     >>> def broken(now):
     ...     raise ConnectionError("database down")
     >>> report = run_cycle(broken, SQLStore("sqlite://"), lambda: 0.0)
@@ -344,7 +345,7 @@ def run_service(
 
     Examples
     --------
-    >>> from vecsched.service.publish import SQLStore
+    >>> from vecsched.service.store.sql import SQLStore
     >>> stop = threading.Event()
     >>> stop.set()  # stops at its first check, after the first cycle started
     >>> def nothing(now):

@@ -14,7 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from vecsched.service.publish import Reading, Store, decode_payload, open_store
+from vecsched.service.store.base import Reading, Store
+from vecsched.service.payload import decode_payload
+from vecsched.service.config import open_store
 from vecsched.snapshot.snapshot import _iso
 
 DEFAULT_STALE_INTERVALS = 3.0
@@ -37,7 +39,7 @@ def default_store() -> Store:
     Returns
     -------
     Store
-        See :func:`vecsched.service.publish.open_store`.
+        See :func:`vecsched.service.config.open_store`.
 
     Examples
     --------
@@ -95,7 +97,8 @@ def status(
 
     Examples
     --------
-    >>> from vecsched.service.publish import SQLStore, Cycle
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> from vecsched.service.store.base import Cycle
     >>> store = SQLStore("sqlite://")
     >>> _ = store.publish(Cycle(100.0, 5.0, ["r1"],
     ...     ["[1,100.0,0,3,6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]"]))
@@ -259,7 +262,7 @@ def prospective(
     --------
     >>> import vecsched
     >>> from vecsched.service.job import run_cycle
-    >>> from vecsched.service.publish import SQLStore
+    >>> from vecsched.service.store.sql import SQLStore
     >>> snap = vecsched.load_snapshot({
     ...     "format": "vecsched.snapshot/1", "now": "2026-11-29T12:00:00Z",
     ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,

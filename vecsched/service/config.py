@@ -1,0 +1,77 @@
+"""Every setting read from the environment, in one place.
+
+``VECSCHED_DATABASE_URL`` (default: a SQLite file in ``$VECSCHED_HOME``),
+``REDIS_URL`` (default: publish into the database) and ``VECSCHED_REDIS_PREFIX``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from vecsched.service.store.redis import RedisStore
+from vecsched.service.store.sql import SQLStore
+
+
+def default_database_url(env: dict[str, str] | None = None) -> str:
+    """``$VECSCHED_DATABASE_URL``, else a SQLite file in ``$VECSCHED_HOME`` (default ``.``).
+
+    Parameters
+    ----------
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    str
+        A SQLAlchemy database URL.
+
+    Examples
+    --------
+    >>> default_database_url({"VECSCHED_HOME": "/srv/vs"})
+    'sqlite:////srv/vs/vecsched.sqlite'
+    """
+    env = os.environ if env is None else env
+    url = env.get("VECSCHED_DATABASE_URL")
+    if url:
+        return url
+    home = env.get("VECSCHED_HOME") or "."
+    return "sqlite:///" + os.path.join(home, "vecsched.sqlite")
+
+
+def open_store(
+    redis_url: str | None = None,
+    database_url: str | None = None,
+    prefix: str | None = None,
+    env: dict[str, str] | None = None,
+) -> RedisStore | SQLStore:
+    """The configured store: Redis when a URL is given or ``$REDIS_URL`` is set,
+    else the SQL database (``$VECSCHED_DATABASE_URL``, else the embedded SQLite file).
+
+    Parameters
+    ----------
+    redis_url : str, optional
+        Wins over ``$REDIS_URL``.
+    database_url : str, optional
+        Wins over ``$VECSCHED_DATABASE_URL``; used only without a Redis URL.
+    prefix : str, optional
+        Redis key prefix; default ``$VECSCHED_REDIS_PREFIX``, else ``"vecsched"``.
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    RedisStore or SQLStore
+
+    Examples
+    --------
+    >>> type(open_store(database_url="sqlite://", env={})).__name__
+    'SQLStore'
+    >>> type(open_store(env={"REDIS_URL": "redis://127.0.0.1:6379/0"})).__name__
+    'RedisStore'
+    """
+
+    env = dict(os.environ) if env is None else env
+    redis_url = redis_url or env.get("REDIS_URL")
+    if redis_url:
+        return RedisStore(redis_url, prefix=prefix or env.get("VECSCHED_REDIS_PREFIX") or "vecsched")
+    return SQLStore(database_url or default_database_url(env))

@@ -1,0 +1,153 @@
+"""The horde's tables in SQL, named as the AI Horde names them.
+
+Tables and their link columns follow the AI Horde's own (``workers``,
+``worker_models``, ``waiting_prompts``, ``wp_models``, ``wp_allowed_workers``,
+``processing_gens``), so pointing vecsched at a horde database, or at views over
+one, needs no code change. Data columns are named as in SNAPSHOT_FORMAT.md.
+vecsched adds ``excluded_pairs``.
+
+Where this schema differs from the horde's, and why:
+
+- list columns live in link tables with a ``position`` column, because a
+  worker's *first* model decides its text speed floor (SPEC section 3);
+- ``processing_gens`` carries ``state`` (processing, finished, faulted) as a
+  string, as the snapshot does, instead of the horde's several flags.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from vecsched.snapshot.schema import TABLES, Column
+
+metadata = sa.MetaData()
+
+_SA_TYPES = {
+    "str": lambda: sa.String(),
+    "bool": lambda: sa.Boolean(create_constraint=False),
+    "int": lambda: sa.BigInteger(),
+    "float": lambda: sa.Float(53),
+    "time": lambda: sa.DateTime(timezone=True),
+    "enum": lambda: sa.String(16),
+}
+
+
+def _data_columns(spec: tuple[Column, ...], skip: Iterable[str] = ()) -> list[sa.Column]:
+    skip = set(skip) | {"id"}
+    out = []
+    for col in spec:
+        if col.name in skip or col.kind == "str_list":
+            continue
+        # Every data column is nullable: a NULL in an optional column takes
+        # the snapshot default, in a required one it rejects the row (rather
+        # than the INSERT), which is what a horde database with gaps needs.
+        out.append(sa.Column(col.name, _SA_TYPES[col.kind](), nullable=True))
+    return out
+
+
+def _list_table(name: str, owner: str, value: str) -> sa.Table:
+    """A list column as rows (owner, position, value); position keeps list order,
+    which matters for a worker's first model (its speed floor)."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column(owner, sa.String(), primary_key=True),
+        sa.Column("position", sa.Integer(), primary_key=True),
+        sa.Column(value, sa.String(), nullable=False),
+    )
+
+
+workers = sa.Table(
+    "workers",
+    metadata,
+    sa.Column("id", sa.String(), primary_key=True),
+    *_data_columns(TABLES["workers"]),
+)
+
+worker_models = _list_table("worker_models", "worker_id", "model")
+
+waiting_prompts = sa.Table(
+    "waiting_prompts",
+    metadata,
+    sa.Column("id", sa.String(), primary_key=True),
+    *_data_columns(TABLES["requests"]),
+)
+
+wp_models = _list_table("wp_models", "wp_id", "model")
+
+wp_allowed_workers = _list_table("wp_allowed_workers", "wp_id", "worker_id")
+
+processing_gens = sa.Table(
+    "processing_gens",
+    metadata,
+    sa.Column("id", sa.String(), primary_key=True),
+    sa.Column("wp_id", sa.String(), nullable=True),
+    sa.Column("worker_id", sa.String(), nullable=True),
+    sa.Column("started", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("state", sa.String(16), nullable=True),
+)
+
+excluded_pairs = sa.Table(
+    "excluded_pairs",
+    metadata,
+    sa.Column("worker_id", sa.String(), primary_key=True),
+    sa.Column("wp_id", sa.String(), primary_key=True),
+)
+
+HORDE_TABLES = (
+    workers,
+    worker_models,
+    waiting_prompts,
+    wp_models,
+    wp_allowed_workers,
+    processing_gens,
+    excluded_pairs,
+)
+
+# snapshot table -> (SQL table, {snapshot column: SQL column name})
+_MAIN = {
+    "workers": (workers, {}),
+    "requests": (waiting_prompts, {}),
+    "jobs": (processing_gens, {"request_id": "wp_id"}),
+}
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite files get WAL so readers never block the job.
+
+    Examples
+    --------
+    >>> make_engine("sqlite://").dialect.name
+    'sqlite'
+    """
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def init_db(engine: Engine) -> None:
+    """Create the horde tables that do not exist yet (idempotent)."""
+    metadata.create_all(engine)
+
+
+def is_empty(engine: Engine) -> bool:
+    """True when the horde tables are missing or hold no worker and no request."""
+    insp = sa.inspect(engine)
+    if not insp.has_table("workers") or not insp.has_table("waiting_prompts"):
+        return True
+    with engine.connect() as conn:
+        w = conn.execute(sa.select(sa.func.count()).select_from(workers)).scalar_one()
+        r = conn.execute(sa.select(sa.func.count()).select_from(waiting_prompts)).scalar_one()
+    return w == 0 and r == 0

@@ -1,0 +1,197 @@
+"""Publish cycles to Redis, read them back in one round trip.
+
+Redis layout, for a key prefix ``P`` and a cycle id ``C`` (``time|interval|token``):
+
+- ``P:current``: the id of the current cycle;
+- ``P:c:C:s``: hash, field = request id, value = the request's payload;
+- ``P:c:C:m``: JSON of the cycle's horde-wide totals and counts;
+- ``P:c:C:p``: the prospective-request state (bytes).
+
+A cycle's keys are written with a TTL, so a cycle abandoned mid-way cleans
+itself up; the switch makes them persistent and gives the previous cycle's
+keys a short grace TTL. Reads are one Lua call: pointer and field together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from vecsched.service.store.base import Cycle, Reading, _reading
+
+_SWITCH = """
+-- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
+local old = redis.call('GET', KEYS[1])
+local function ctime(id) return tonumber(string.match(id, '^[^|]+')) end
+if old and old ~= ARGV[1] and ctime(old) > ctime(ARGV[1]) then
+  -- a newer cycle is already current (another job process): never go back
+  for i = 2, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[3]) end
+  return 0
+end
+-- Every key must still be there: each had a TTL until now, and a key that
+-- expired would leave readers a cycle whose requests all read as unknown.
+-- (An empty hash does not exist in Redis, so a cycle of no requests has none.)
+if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
+  return redis.error_reply('cycle keys expired before the switch')
+end
+if tonumber(ARGV[4]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.error_reply('cycle status hash expired before the switch')
+end
+redis.call('SET', KEYS[1], ARGV[1])
+for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
+if old and old ~= ARGV[1] then
+  for _, s in ipairs({':s', ':m', ':p'}) do
+    redis.call('EXPIRE', ARGV[2] .. ':c:' .. old .. s, ARGV[3])
+  end
+end
+return 1
+"""
+
+_READ_FIELD = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+return {cur, redis.call('HGET', ARGV[1] .. ':c:' .. cur .. ':s', ARGV[2])}
+"""
+
+_READ_KEY = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then return false end
+return {cur, redis.call('GET', ARGV[1] .. ':c:' .. cur .. ARGV[2])}
+"""
+
+
+class RedisStore:
+    """Publish cycles to Redis and read them back in one round trip.
+
+    Parameters
+    ----------
+    client : redis.Redis or str
+        A client, or a ``redis://`` URL.
+    prefix : str, default "vecsched"
+        Key prefix; several hordes (or tests) can share one Redis.
+    chunk : int, default 5000
+        Hash fields per HSET command in the publication pipeline.
+
+    Examples
+    --------
+    >>> import secrets
+    >>> store = RedisStore("redis://127.0.0.1:6379/0", prefix="doc-" + secrets.token_hex(4))
+    >>> store.publish(Cycle(1.0, 5.0, ["r1"], ["[1,1.0]"]))
+    True
+    >>> store.read_status("r1").value, store.read_status("nope").value
+    ('[1,1.0]', None)
+    >>> store.drop_all()
+    """
+
+    def __init__(self, client: Any, prefix: str = "vecsched", chunk: int = 5000):
+        import redis
+
+        if isinstance(client, str):
+            client = redis.Redis.from_url(client, socket_timeout=5, socket_connect_timeout=2)
+        self.client = client
+        self.prefix = prefix
+        self.chunk = chunk
+        self.current_key = f"{prefix}:current"
+        self._switch = client.register_script(_SWITCH)
+        self._read_field = client.register_script(_READ_FIELD)
+        self._read_key = client.register_script(_READ_KEY)
+
+    def _keys(self, cycle_id: str) -> tuple[str, str, str]:
+        base = f"{self.prefix}:c:{cycle_id}"
+        return base + ":s", base + ":m", base + ":p"
+
+    def publish(self, cycle: Cycle) -> bool:
+        """Write the cycle under new keys, then switch ``current`` to it atomically.
+
+        Returns False when a newer cycle was already current (nothing switched).
+        Raises on any Redis error, and when a key of the cycle expired before the
+        switch (the status hash gets its TTL before its later chunks are written);
+        readers then still see the previous cycle.
+
+        Parameters
+        ----------
+        cycle : Cycle
+
+        Returns
+        -------
+        bool
+            True when the cycle is now current.
+        """
+        status_key, meta_key, prosp_key = self._keys(cycle.id)
+        # Unswitched keys die on their own if this process dies before the switch.
+        pending_ttl = int(max(120.0, 20 * cycle.interval))
+        grace = int(max(5.0, math.ceil(2 * cycle.interval)))
+        meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
+        pipe = self.client.pipeline(transaction=False)
+        ids, payloads = list(cycle.request_ids), list(cycle.payloads)
+        for start in range(0, len(ids), self.chunk):
+            pipe.hset(
+                status_key, mapping=dict(zip(ids[start : start + self.chunk], payloads[start : start + self.chunk]))
+            )
+            if start == 0:
+                pipe.expire(status_key, pending_ttl)
+        pipe.set(meta_key, meta, ex=pending_ttl)
+        pipe.set(prosp_key, cycle.prospective, ex=pending_ttl)
+        pipe.execute()
+        keys = [self.current_key, status_key, meta_key, prosp_key]
+        switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(ids)])
+        return bool(switched)
+
+    def read_status(self, request_id: str) -> Reading | None:
+        """The current cycle and request ``request_id``'s payload (None if absent): one round trip.
+
+        Parameters
+        ----------
+        request_id : str
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
+        return _reading(got, lambda v: v.decode() if v is not None else None)
+
+    def read_current(self) -> Reading | None:
+        """The current cycle alone (``value`` None): one GET, no payload.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        got = self.client.get(self.current_key)
+        return None if got is None else _reading([got], lambda v: None)
+
+    def read_prospective(self) -> Reading | None:
+        """The current cycle and its prospective-request state (bytes), in one round trip.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        got = self._read_key(keys=[self.current_key], args=[self.prefix, ":p"])
+        return _reading(got, lambda v: v)
+
+    def read_meta(self) -> Reading | None:
+        """The current cycle and its horde totals (``{"horde": ..., "requests": n}``), in one round trip.
+
+        Returns
+        -------
+        Reading or None
+            None when no cycle was ever published.
+        """
+        got = self._read_key(keys=[self.current_key], args=[self.prefix, ":m"])
+        return _reading(got, lambda v: json.loads(v) if v is not None else None)
+
+    def drop_all(self) -> None:
+        """Delete every key under this store's prefix (tests, teardown)."""
+        keys = list(self.client.scan_iter(match=f"{self.prefix}:*", count=1000))
+        for start in range(0, len(keys), 1000):
+            self.client.delete(*keys[start : start + 1000])
+
+    def close(self) -> None:
+        """Close the Redis client's connections."""
+        self.client.close()
