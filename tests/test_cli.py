@@ -75,7 +75,7 @@ def test_out_of_range_number(capsys, argv: list[str]) -> None:
 
 def test_unknown_request_in_status_exits_non_zero(capsys, tmp_path: Path, make_estimates) -> None:
     from vecsched.service.job import run_cycle
-    from vecsched.service.publish import SQLStore
+    from vecsched.service.store.sql import SQLStore
 
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     now = time.time()

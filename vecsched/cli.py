@@ -54,12 +54,31 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", Formatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> Any:  # noqa: D102 - argparse's hook
+    def error(self, message: str) -> Any:
+        """Exit 2 with one line: what is wrong and where the help is (argparse's hook).
+
+        Parameters
+        ----------
+        message : str
+
+        Returns
+        -------
+        typing.NoReturn
+        """
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0.
+
+    Parameters
+    ----------
+    text : str
+        The argument as typed.
+
+    Returns
+    -------
+    int
 
     Examples
     --------
@@ -81,6 +100,15 @@ def non_negative_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0.
+
+    Parameters
+    ----------
+    text : str
+        The argument as typed.
+
+    Returns
+    -------
+    float
 
     Examples
     --------
@@ -167,8 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Examples
     --------
-    >>> main(["estimate", "no-such-file.json"])
-    1
+    >>> main(["estimate", "no-such-file.json"])  # one line on stderr, no traceback
+    2
     """
     args = build_parser().parse_args(argv)
     try:

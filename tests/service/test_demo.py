@@ -14,7 +14,7 @@ from vecsched.cli import main
 from vecsched.service import sql as _sql
 from vecsched.service.demo import DemoHorde, is_demo
 from vecsched.service.job import SQLLoader, _CycleWithHint, run_cycle
-from vecsched.service.publish import SQLStore
+from vecsched.service.store.sql import SQLStore
 from vecsched.service.top import current_payloads, top_frame
 from vecsched.synthetic import horde
 

@@ -11,7 +11,9 @@ import pytest
 
 from vecsched.cli import main
 from vecsched.service.job import run_cycle
-from vecsched.service.publish import Cycle, SQLStore, encode_payloads
+from vecsched.service.payload import encode_payloads
+from vecsched.service.store.base import Cycle
+from vecsched.service.store.sql import SQLStore
 from vecsched.service.read import clear_state_cache, prospective
 from vecsched.service.top import current_payloads, top_frame
 from vecsched.synthetic import horde

@@ -1,9 +1,10 @@
-"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``prospective``.
+"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``.
 
 Configuration, each flag overriding its variable: ``--db`` /
 ``VECSCHED_DATABASE_URL`` (default: the SQLite file ``vecsched.sqlite`` in
 ``$VECSCHED_HOME``, default the current directory), ``--redis`` / ``REDIS_URL``
-(default: publish into the database), ``--prefix`` / ``VECSCHED_REDIS_PREFIX``.
+(default: publish into the database), ``--prefix`` / ``VECSCHED_REDIS_PREFIX``,
+``--eligible-image-wait`` / ``VECSCHED_ELIGIBLE_IMAGE_WAIT``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -35,6 +35,7 @@ _REQUEST_BOOLS = ("is_chat", "slow_workers", "trusted_workers", "nsfw", "validat
 def add_commands(sub: Any) -> None:
     """Add ``db``, ``run``, ``status``, ``top`` and ``prospective`` to the ``vecsched`` command line."""
     from vecsched.cli import non_negative_int, positive_float
+    from vecsched.service.config import eligible_image_wait
 
     def common(p: argparse.ArgumentParser, redis: bool = True) -> None:
         p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL, else the embedded "
@@ -76,7 +77,7 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--no-seed", action="store_true",
                    help="with --no-demo: do not seed an empty default file with a (frozen) synthetic horde")
     p.add_argument("--eligible-image-wait", action="store_true",
-                   default=_env_flag("VECSCHED_ELIGIBLE_IMAGE_WAIT"),
+                   default=eligible_image_wait(),
                    help="image queue_position/wait_time from eligible workers, not horde-wide "
                         "(default: $VECSCHED_ELIGIBLE_IMAGE_WAIT, else off)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
@@ -123,10 +124,6 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("not a JSON object")
     return value
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _db_url(args: argparse.Namespace) -> str:
@@ -204,7 +201,9 @@ def seed_if_empty(engine: Any, now: float) -> bool:
 
 def _named(args: argparse.Namespace) -> bool:
     """Whether the user named the database (then vecsched never writes horde rows into it)."""
-    return bool(args.db or os.environ.get("VECSCHED_DATABASE_URL"))
+    from vecsched.service.config import database_is_named
+
+    return bool(args.db) or database_is_named()
 
 
 def _demo_wanted(args: argparse.Namespace, engine: Any) -> bool:

@@ -10,7 +10,10 @@ from typing import Any
 
 import pandas as pd
 
-from vecsched.service.publish import Reading, RedisStore, SQLStore, Store, decode_payload
+from vecsched.service.payload import decode_payload
+from vecsched.service.store.base import Reading, Store
+from vecsched.service.store.redis import RedisStore
+from vecsched.service.store.sql import SQLStore
 
 COLUMNS = ("gentype", "queue_position", "wait_time", "eligible_workers", "fallback", "might_stall")
 """What ``top`` shows per request (``might_stall`` once the payload carries it)."""
@@ -22,7 +25,7 @@ def current_payloads(store: Store) -> tuple[Reading | None, dict[str, str]]:
     Parameters
     ----------
     store : Store
-        A :class:`~vecsched.service.publish.RedisStore` or :class:`~vecsched.service.publish.SQLStore`.
+        A :class:`~vecsched.service.store.redis.RedisStore` or :class:`~vecsched.service.store.sql.SQLStore`.
 
     Returns
     -------
@@ -31,7 +34,7 @@ def current_payloads(store: Store) -> tuple[Reading | None, dict[str, str]]:
 
     Examples
     --------
-    >>> from vecsched.service.publish import Cycle
+    >>> from vecsched.service.store.base import Cycle
     >>> store = SQLStore("sqlite://")
     >>> _ = store.publish(Cycle(1.0, 5.0, ["r1"], ["[1,1.0]"]))
     >>> current_payloads(store)[1]
@@ -56,7 +59,7 @@ def _redis_payloads(store: RedisStore) -> tuple[Reading | None, dict[str, str]]:
 def _sql_payloads(store: SQLStore) -> tuple[Reading | None, dict[str, str]]:
     import sqlalchemy as sa
 
-    from vecsched.service.publish import vs_current, vs_status
+    from vecsched.service.store.sql import vs_current, vs_status
 
     current = store.read_current()
     if current is None:
@@ -139,6 +142,15 @@ def render(frame: pd.DataFrame, reading: Reading) -> str:
 
 def as_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """``frame`` as JSON-ready records (``id`` first, unknown waits as null).
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        From :func:`top_frame`.
+
+    Returns
+    -------
+    list of dict
 
     Examples
     --------
