@@ -227,6 +227,9 @@ def _run(args: argparse.Namespace) -> int:
     from vecsched.service.job import SQLLoader, how_to_read, run_cycle, run_service
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.log_level != "DEBUG":
+        # one line per cycle: the scheduler's own "running job" lines only under DEBUG
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     url = _db_url(args)
     engine = _prepare(args, url)
     loader: Any = SQLLoader(engine)
