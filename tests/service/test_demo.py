@@ -45,6 +45,11 @@ def test_fifteen_simulated_minutes_stay_alive(tmp_path: Path) -> None:
     # ... and the waits of the requests that stay change
     both = set(first) & set(last)
     assert not both or any(first[r] != last[r] for r in both)
+    # a request that left the queue by finishing reads done, not unknown
+    from vecsched.service.read import status
+
+    finished = [rid for rid, r in demo.sim.requests.items() if r.status == "done"]
+    assert finished and status(finished[-1], store=store, now=clock[0])["done"] is True
     # the database holds the horde of the last instant, as a real horde database would
     snap = _sql.load_horde(engine, clock[0])
     assert len(snap.workers) > 0 and len(snap.requests) >= len(payloads)

@@ -31,6 +31,8 @@ MAX_CATCH_UP = 600.0
 rather than simulating every missed second."""
 KEEP_ENDED = 900.0
 """Seconds the simulator keeps a finished request (the snapshot's event window)."""
+KEEP_DONE = 300.0
+"""Seconds a finished request's row stays in the database (its status reads done)."""
 
 _marker = sa.Table("vs_demo", sa.MetaData(), sa.Column("scenario", sa.String(), primary_key=True))
 
@@ -146,7 +148,27 @@ class DemoHorde:
         self.sim.run_until(now)
         self._forget_the_past()
         import_snapshot(self.engine, self.sim.snapshot(), replace=True)
+        self._keep_finished_rows()
         return load_horde(self.engine, now)
+
+    def _keep_finished_rows(self) -> None:
+        # A horde keeps a finished request's row (inactive) for a while, so its
+        # status reads "done"; the simulator's snapshot holds waiting ones only.
+        from datetime import datetime, timezone
+
+        from vecsched.service.sql import waiting_prompts
+        from vecsched.snapshot.schema import GENTYPES
+
+        def at(t: float) -> datetime:
+            return datetime.fromtimestamp(t, tz=timezone.utc)
+
+        rows = [{"id": r.id, "user_id": r.user_id, "gentype": GENTYPES[r.gentype], "created": at(r.created),
+                 "expiry": at(r.expiry), "n": 0, "jobs": r.jobs, "active": False, "faulted": False}
+                for r in self.sim.requests.values()
+                if r.status == "done" and r.completed_at >= self.sim.now - KEEP_DONE]
+        if rows:
+            with self.engine.begin() as conn:
+                conn.execute(waiting_prompts.insert(), rows)
 
     def _forget_the_past(self) -> None:
         # The demo runs for days: keep only what a snapshot still shows.
