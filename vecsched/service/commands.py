@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 _REQUEST_FLAGS = (
     # (flag, key, type, help)
@@ -34,8 +34,6 @@ _REQUEST_BOOLS = ("is_chat", "slow_workers", "trusted_workers", "nsfw", "validat
 
 def add_commands(sub: Any) -> None:
     """Add ``db``, ``run``, ``status``, ``top`` and ``prospective`` to the ``vecsched`` command line."""
-    from vecsched.cli import non_negative_int, positive_float
-    from vecsched.service.config import eligible_image_wait
 
     def common(p: argparse.ArgumentParser, redis: bool = True) -> None:
         p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL, else the embedded "
@@ -44,6 +42,11 @@ def add_commands(sub: Any) -> None:
             p.add_argument("--redis", help="Redis URL (default: $REDIS_URL; none: publish into the database)")
             p.add_argument("--prefix", help="Redis key prefix (default: $VECSCHED_REDIS_PREFIX, else vecsched)")
 
+    _add_db_commands(sub, common)
+    _add_job_and_read_commands(sub, common)
+
+
+def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
     db = sub.add_parser("db", help="the horde database: init, load (import), dump (export)")
     dbsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     p = dbsub.add_parser("init", help="create the horde tables")
@@ -63,6 +66,11 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--now", help="snapshot instant (ISO 8601 with zone; default: the current time)")
     common(p, redis=False)
     p.set_defaults(func=_db_dump)
+
+
+def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
+    from vecsched.cli import non_negative_int, positive_float
+    from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
         "run", help="run the periodic job (load, estimate, publish)",
