@@ -174,3 +174,11 @@ def test_version(capsys) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith("vecsched ")
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg://u:s3cret@127.0.0.1:1/db", "postgresql://u:s3cret@h:notaport/db",
+                                 "nosuchdialect://u:s3cret@h/db", "redis://:s3cret@127.0.0.1:1/0"])
+def test_a_password_in_a_url_never_reaches_the_error_line(capsys, url: str) -> None:
+    argv = ["status", "x", "--redis", url] if url.startswith("redis") else ["db", "init", "--db", url]
+    line = one_line_failure(capsys, argv)
+    assert "s3cret" not in line
