@@ -99,7 +99,7 @@ IMAGE_OPTIONS = (
 )
 # One bit per option, in table order.
 OPTION_BIT = {option.name: np.uint16(1 << k) for k, option in enumerate(IMAGE_OPTIONS)}
-_TXT2IMG, _INPAINTING, _OUTPAINTING = (SOURCE_PROCESSING.index(p) for p in ("txt2img", "inpainting", "outpainting"))
+_INPAINTING, _OUTPAINTING = (SOURCE_PROCESSING.index(p) for p in ("inpainting", "outpainting"))
 
 
 def image_options_used(request: Any) -> dict[str, Any]:
@@ -115,11 +115,12 @@ def image_options_used(request: Any) -> dict[str, Any]:
     ...                     loras=True, tis=False, hires_fix=False, tiling=False, transparent=False,
     ...                     extra_source_images=False, r2=True)
     >>> sorted(name for name, used in image_options_used(r).items() if used)
-    ['img2img', 'lora', 'painting', 'r2']
+    ['lora', 'painting', 'r2']
     """
     processing = request.source_processing
     return {
-        "img2img": request.source_image | (processing != _TXT2IMG),
+        # A source image makes img2img; source_processing alone does not (SPEC 3, image 9).
+        "img2img": request.source_image,
         "painting": (processing == _INPAINTING) | (processing == _OUTPAINTING),
         "post_processing": request.post_processing > 0,
         "controlnet": request.control_type,
