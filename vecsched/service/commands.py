@@ -69,7 +69,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.cli import non_negative_int, positive_float
+    from vecsched.arguments import non_negative_int, positive_float
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
