@@ -15,13 +15,11 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Callable
 
-import pandas as pd
-
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
-from vecsched.simulate.engine import SimRequest, SimWorker, Simulation
+from vecsched.core.rules import model_table
+from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
 
 _TEXT_LENGTHS = ((80, 3), (120, 5), (160, 8), (200, 12), (240, 12), (256, 15), (300, 15), (400, 10), (512, 20))
 _TEXT_CONTEXTS = ((1024, 10), (2048, 30), (4096, 35), (8192, 22), (16384, 3))
@@ -79,11 +77,7 @@ class Scenario:
 @lru_cache(maxsize=1)
 def _reference_models() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Text models with a known size, image models, and inpainting image models (sorted)."""
-    data = resources.files("vecsched.data")
-    with data.joinpath("text_models.csv").open("r", encoding="utf-8") as fh:
-        text = pd.read_csv(fh)
-    with data.joinpath("image_models.csv").open("r", encoding="utf-8") as fh:
-        image = pd.read_csv(fh)
+    text, image = model_table("text"), model_table("image")
     text_names = tuple(sorted(text.loc[text["parameters"].fillna(0) > 0, "name"]))
     paint = image["inpainting"].astype(str) == "True"
     return text_names, tuple(sorted(image.loc[~paint, "name"])), tuple(sorted(image.loc[paint, "name"]))
@@ -342,13 +336,14 @@ class Population:
 
 
 def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
-          tail: float = 0.0) -> tuple[Simulation, Population]:
+          tail: float = 0.0, *, start: float = EPOCH) -> tuple[Simulation, Population]:
     """A simulation with the scenario's population and processes scheduled.
 
-    Arrivals and churn run from the start through ``warmup + minutes * 60 +
-    tail`` seconds; nothing has happened yet (call ``sim.run_until``).
+    Arrivals and churn run from ``start`` (epoch seconds) through ``warmup +
+    minutes * 60 + tail`` seconds (``minutes`` may be infinite: a horde that
+    never stops); nothing has happened yet (call ``sim.run_until``).
     """
-    sim = Simulation(seed)
+    sim = Simulation(seed, start=start)
     pop = Population(sim, scenario)
     end = sim.now + warmup + minutes * 60.0 + tail
     for g, count in ((TEXT, scenario.text_workers), (IMAGE, scenario.image_workers)):
