@@ -13,7 +13,6 @@ import copy
 import json
 import math
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,21 @@ from vecsched.cli import main
 from vecsched.snapshot.cells import MAX_STRING_BYTES, printable_id
 from vecsched.snapshot.snapshot import MAX_DEPTH, SnapshotError, json_depth
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_bad_input import J, R, W, base_horde, frames, with_bad_row
+
+def _sibling(name: str) -> Any:
+    """A test module beside this one, loaded by path (tests are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_sibling_{name}", Path(__file__).parent / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_bad_input = _sibling("test_bad_input")
+J, R, W = _bad_input.J, _bad_input.R, _bad_input.W
+base_horde, frames, with_bad_row = _bad_input.base_horde, _bad_input.frames, _bad_input.with_bad_row
 
 LONG = "x" * (MAX_STRING_BYTES + 1)
 # Fits by characters but not by bytes: 130 two-byte characters.
