@@ -45,7 +45,8 @@ class ProspectiveState:
     def __init__(self, arrays: dict[str, np.ndarray]):
         self.arrays = arrays
         self.now = float(arrays["now"][()])
-        self.vocabulary = {name: code for code, name in enumerate(_unpack_strings(arrays, "vocabulary"))}
+        self.model_names = _unpack_strings(arrays, "vocabulary")
+        self.vocabulary = {name: code for code, name in enumerate(self.model_names)}
         self.users = {name: code for code, name in enumerate(_unpack_strings(arrays, "users"))}
         self.worker_index = pd.Index(_unpack_strings(arrays, "worker_ids"), dtype=object)
         self.workers = _unpack(WorkerArrays, arrays, "w_")

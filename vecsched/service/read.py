@@ -331,9 +331,9 @@ def _online_models(state: Any, gentype: int) -> set[str] | None:
 
     workers = getattr(state, "workers", None)
     models = getattr(workers, "models", None)
-    if models is None or "vocabulary" not in state.arrays:
+    names = getattr(state, "model_names", None)
+    if models is None or names is None:
         return None
-    names = state.arrays["vocabulary"]
     mask = (np.asarray(workers.gentype) == gentype) & np.asarray(workers.online, dtype=bool)
     owners = np.repeat(np.arange(len(models.offsets) - 1), np.diff(models.offsets))
     return {str(names[c]) for c in np.unique(models.values[mask[owners]]).tolist()}
