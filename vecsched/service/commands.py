@@ -67,6 +67,16 @@ def add_commands(sub: Any) -> None:
     common(p)
     p.set_defaults(func=_status)
 
+    p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--processes", type=int, default=2, help="server processes (default 2)")
+    p.add_argument("--threads", type=int, default=8, help="threads per process (default 8)")
+    p.add_argument("--max-age", type=float, help="seconds after which figures are stale")
+    p.add_argument("--log-level", default="INFO")
+    common(p)
+    p.set_defaults(func=_serve)
+
     p = sub.add_parser("prospective", help="eligible workers, ahead_wait and allowance of a would-be request")
     p.add_argument("--request", help="the request as a JSON object (snapshot request keys)")
     p.add_argument("--models", help="comma-separated model names")
@@ -190,3 +200,11 @@ def _prospective(args: argparse.Namespace) -> int:
     print(json.dumps(prospective(request, store=_store(args), max_age=args.max_age)))
     return 0
 
+
+def _serve(args: argparse.Namespace) -> int:
+    from vecsched.service.http.serve import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(host=args.host, port=args.port, processes=args.processes, threads=args.threads,
+                 database_url=_db_url(args), redis_url=args.redis, prefix=args.prefix,
+                 max_age=args.max_age, log_level=args.log_level)
