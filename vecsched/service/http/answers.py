@@ -155,7 +155,8 @@ def horde_answer(
         totals = read_totals()
         if totals is None or totals.cycle_id != reading.cycle_id:
             return error(409, "CycleChanged", "The cycle changed during the read.")
-        body = _newer_than_cycle(row, (totals.value or {}).get(gentype) or {})
+        horde = (totals.value or {}).get("horde") or {}
+        body = _newer_than_cycle(row, horde.get(gentype) or {})
     else:
         body = _known(figures, row)
     body["kudos"] = float(row.kudos) if row is not None else 0.0
