@@ -88,7 +88,12 @@ class DatabaseProgress:
     """
 
     def __init__(self, engine: Any):
-        self.engine = make_engine(engine) if isinstance(engine, str) else engine
+        if isinstance(engine, str):
+            engine = make_engine(engine) if engine.startswith("sqlite") else sa.create_engine(engine)
+        # One statement per read, nothing to commit: autocommit spares the
+        # BEGIN/ROLLBACK round trips of a transaction per poll. (No pre-ping
+        # either: a dropped connection fails one read and is then replaced.)
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         wp = waiting_prompts.c
         self._sql = sa.select(
             wp.gentype, wp.n, wp.jobs, wp.kudos, wp.active, wp.faulted,
