@@ -293,14 +293,62 @@ def test_serve_command_end_to_end(published_horde, tmp_path, horde_document) -> 
     assert IDS["normal"] not in output and "nope" not in output
 
 
-def test_serve_never_prints_a_password(tmp_path) -> None:
-    """A Redis URL with a password (TLS here, unreachable): the server starts, answers 500, prints no secret."""
+@pytest.fixture
+def tls_redis(tmp_path):
+    """A private redis-server on TLS only, with a password; its URL verifies the certificate."""
+    import shutil
+
+    if not (shutil.which("redis-server") and shutil.which("openssl")):
+        pytest.skip("redis-server or openssl missing")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                    "-out", str(cert)], check=True, capture_output=True)
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+         "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+         "--tls-auth-clients", "no", "--requirepass", "hunter2secret", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"rediss://:hunter2secret@127.0.0.1:{port}/0?ssl_ca_certs={cert}"
+    import redis
+
+    client = redis.Redis.from_url(url)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None:
+                pytest.skip("this redis-server has no TLS")
+            time.sleep(0.05)
+    client.close()
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_tls_redis_with_a_password_works(tls_redis) -> None:
+    from vecsched.service.config import open_store
+
+    store = open_store(redis_url=tls_redis, env={})
+    payload = "[1,100.0,0,3,6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]"
+    store.publish(Cycle(100.0, 5.0, ["r1"], [payload]))
+    client = create_app(StatusService(store=store, clock=lambda: 101.0)).test_client()
+    got = client.get("/v2/generate/text/status/r1")
+    assert got.status_code == 200 and got.get_json()["wait_time"] == 42
+    store.close()
+
+
+def test_serve_never_prints_a_password(tls_redis, tmp_path) -> None:
+    """`vecsched serve` on a TLS Redis and a PostgreSQL URL, both with passwords: it connects
+    (503: nothing published yet, rather than 500) and prints neither password."""
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(Path(vecsched.__file__).parents[1]))
-    db = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    db = "postgresql+psycopg://postgres:hunter2pg@127.0.0.1:5432/test"
     proc = subprocess.Popen(
         [sys.executable, "-m", "vecsched", "serve", "--port", str(port), "--processes", "1", "--db", db,
-         "--redis", "rediss://vsuser:hunter2secret@127.0.0.1:1/0", "--log-level", "DEBUG"],
+         "--redis", tls_redis, "--prefix", "vs-test-tls", "--log-level", "DEBUG"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     try:
         code = None
@@ -312,10 +360,22 @@ def test_serve_never_prints_a_password(tmp_path) -> None:
                 break
             except OSError:
                 time.sleep(0.2)
-        assert code == 500
+        assert code == 503
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert "publication store RedisStore" in out
+    assert "publication store RedisStore" in out and "postgresql+psycopg://127.0.0.1:5432/test" in out
     # at DEBUG too (gunicorn then logs request lines, ids included: an operator's choice)
-    assert "hunter2secret" not in out and "vsuser" not in out
+    assert "hunter2" not in out
+
+
+def test_progress_reads_odd_ids_as_data(db_url, horde_document) -> None:
+    doc = horde_document()
+    odd = ["*", "%", "_", "a'b; DROP TABLE waiting_prompts; --", "a\nb"]
+    doc["requests"] = [dict(doc["requests"][0], id=rid, kudos=k + 1) for k, rid in enumerate(odd)]
+    engine = _sql.make_engine(db_url)
+    _sql.import_snapshot(engine, vecsched.load_snapshot(doc))
+    progress = DatabaseProgress(engine)
+    assert [progress.read(rid).kudos for rid in odd] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert progress.read("a%") is None and progress.read("a_b") is None and progress.read("?") is None
+    engine.dispose()
