@@ -144,6 +144,23 @@ request = function() return wrk.format("GET", paths[math.random(#paths)]) end
     return result
 
 
+def _server_cpu(server_pid: int) -> float:
+    """CPU seconds (user + system) used so far by the server's worker processes (Linux /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    except OSError:
+        return float("nan")
+    for pid in children:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def _ms(text: str) -> float:
     for unit, scale in (("us", 1e-3), ("ms", 1.0), ("s", 1e3)):
         if text.endswith(unit):
@@ -281,7 +298,13 @@ def main() -> None:
             "errors": len(errors), "error_kinds": sorted(set(map(str, errors))),
         }
         if args.wrk_seconds:
+            cpu0 = _server_cpu(server.pid)
             out["wrk"] = _wrk(port, paths, args.wrk_seconds, connections=args.clients)
+            if out["wrk"] and out["wrk"].get("reads_per_s"):
+                reads = out["wrk"]["reads_per_s"] * args.wrk_seconds
+                # The server processes' own CPU per read (PostgreSQL and Redis not included):
+                # what a read costs whatever else the machine is running.
+                out["wrk"]["server_cpu_ms_per_read"] = round((_server_cpu(server.pid) - cpu0) / reads * 1e3, 3)
             # The same server on its cheapest route (one Redis GET, no database): the
             # HTTP stack's own ceiling on this machine, measured side by side.
             out["wrk_health_baseline"] = _wrk(port, ["/vecsched/v1/health"], args.wrk_seconds,

@@ -114,7 +114,8 @@ class StatusService:
             )
             if answer.status != 409:
                 return answer
-        return stale_answer(None)
+        # Cycles switched under every attempt: the job publishes faster than we read.
+        return error(503, "EstimatesStale", "The estimates are being republished; retry.", {"Retry-After": "1"})
 
     def own(self, request_id: str) -> Answer:
         """vecsched's view: :func:`vecsched.status` with the database's live progress and ``kudos``.
