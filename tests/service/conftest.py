@@ -61,7 +61,7 @@ def horde_document() -> dict[str, Any]:
             _request("inflight", n=1, jobs=2, kudos=3),
             _request("offline", gentype="image", models=["sd"], kudos=1.5),
             _request("faulted", faulted=True, kudos=4),
-            _request("done", n=0, jobs=1, kudos=9),
+            _request("done", n=0, jobs=1, kudos=9, active=False),
             _request("gone"),
         ],
         "jobs": [

@@ -127,6 +127,15 @@ def test_faulted_and_done(http_service) -> None:
     assert own["done"] is True and own["kudos"] == 9.0
 
 
+def test_ended_in_the_cycle_and_gone_from_the_database_is_404(published_horde, http_service) -> None:
+    client = create_app(http_service).test_client()
+    assert published_horde.store.read_status(IDS["done"]).value == '{"ended":"done"}'
+    with published_horde.engine.begin() as conn:
+        conn.execute(_sql.waiting_prompts.delete().where(_sql.waiting_prompts.c.id == IDS["done"]))
+    code, body, _ = _get(client, f"/v2/generate/text/status/{IDS['done']}")
+    assert code == 404 and body["rc"] == "RequestNotFound"
+
+
 def test_request_newer_than_the_cycle_gets_horde_wide_figures(published_horde, http_service) -> None:
     client = create_app(http_service).test_client()
     code, body, _ = _get(client, f"/v2/generate/text/status/{IDS['new']}")

@@ -51,8 +51,10 @@ class RequestProgress:
 
     @property
     def done(self) -> bool:
-        """Every job finished: nothing left to hand out, nothing in flight."""
-        return not self.faulted and self.n == 0 and self.processing == 0 and self.finished >= self.jobs
+        """Not faulted, and inactive (the horde's word for finished, as the job publishes it) or
+        every job finished (nothing left to hand out, nothing in flight)."""
+        finished = self.n == 0 and self.processing == 0 and self.finished >= self.jobs
+        return not self.faulted and (not self.active or finished)
 
 
 def _count(state: str) -> Any:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from vecsched.service.payload import decode_payload
+from vecsched.service.read import _ended  # the one decoder of the job's ENDED_PAYLOADS
 from vecsched.service.progress import RequestProgress
 from vecsched.service.store.base import Reading
 from vecsched.snapshot.snapshot import _iso
@@ -147,7 +148,12 @@ def horde_answer(
     (2, 42, 0.0, [])
     """
     gentype_of_path, with_generations = SHAPES[shape]
-    figures = decode_payload(reading.value) if reading.value else None
+    ended = _ended(reading.value)
+    if ended is not None and row is None:
+        # The cycle saw it leave the queue and the database has let it go since:
+        # nothing left to report but a flag, and no gentype to check the path by.
+        return not_found()
+    figures = decode_payload(reading.value) if reading.value and ended is None else None
     gentype = figures["gentype"] if figures else (row.gentype if row else None)
     if gentype is None or gentype != gentype_of_path:
         return not_found()
