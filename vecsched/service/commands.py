@@ -129,14 +129,16 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     from vecsched.cli import positive_float
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
     p.add_argument("--processes", type=_at_least_one, default=2,
-                   help="server processes (default 2; not --workers: horde workers are another thing)")
-    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default 8)")
+                   help="server processes; not --workers, which are the horde's (default: 2)")
+    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
     p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="log level; at DEBUG gunicorn logs request lines, ids included (default: INFO)")
     common(p)
     p.set_defaults(func=_serve)
 
