@@ -69,7 +69,15 @@ def gunicorn_options(*, host: str, port: int, processes: int, threads: int, log_
 
 def run_gunicorn(factory: Callable[[], Any], options: dict[str, Any]) -> None:
     """Run ``factory()``'s WSGI app under gunicorn until a signal stops it."""
-    from gunicorn.app.base import BaseApplication
+    try:
+        from gunicorn.app.base import BaseApplication
+    except ImportError as exc:
+        from vecsched.errors import UserError
+
+        raise UserError(
+            "vecsched serve needs gunicorn (python -m pip install gunicorn; it does not run on Windows, "
+            "where create_app() serves under any WSGI server)"
+        ) from exc
 
     class _Application(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:
