@@ -49,7 +49,7 @@ CHECKED = ("queue_position", "wait_time", "eligible_workers", "eligible_worker_t
 
 
 def _iso(t: float) -> str:
-    from vecsched.snapshot.snapshot import _iso as iso
+    from vecsched.snapshot.times import iso
 
     return iso(t)
 

@@ -268,7 +268,9 @@ def test_serve_command_end_to_end(published_horde, tmp_path, horde_document) -> 
     port = _free_port()
     # a fresh cycle for the wall clock: the server has no fake clock
     doc = horde_document()
-    doc["now"] = vecsched.snapshot.snapshot._iso(time.time())
+    from vecsched.snapshot.times import iso
+
+    doc["now"] = iso(time.time())
     snap = vecsched.load_snapshot(doc)
     from vecsched.service.job import run_cycle
 

@@ -126,7 +126,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.cli import positive_float
+    from vecsched.arguments import positive_float
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")

@@ -40,7 +40,7 @@ from vecsched.service.http.answers import (
 )
 from vecsched.service.progress import DatabaseProgress, RequestProgress
 from vecsched.service.store.base import Store
-from vecsched.snapshot.snapshot import _iso
+from vecsched.snapshot.times import iso as _iso
 
 log = logging.getLogger("vecsched.http")
 

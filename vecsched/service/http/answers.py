@@ -25,7 +25,7 @@ from vecsched.service.payload import decode_payload
 from vecsched.service.read import _ended  # the one decoder of the job's ENDED_PAYLOADS
 from vecsched.service.progress import RequestProgress
 from vecsched.service.store.base import Reading
-from vecsched.snapshot.snapshot import _iso
+from vecsched.snapshot.times import iso as _iso
 
 STALE_INTERVALS = 3.0
 """Figures older than this many refresh intervals are stale (as :func:`vecsched.status`)."""
