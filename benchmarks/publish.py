@@ -16,7 +16,8 @@ with, in turn:
   16 requests per field, packed in bulk.
 
 It prints one JSON document: medians of wall time, of Redis's own time in
-HSET (``INFO commandstats``), and the ratios to ``redis-py``. Everything runs
+HSET (``INFO commandstats``), of this process's CPU time, the ratios to ``redis-py``, and the latency of a
+status read from the per-request and the bucketed layouts (alternated). Everything runs
 under a throwaway key prefix, removed at the end.
 """
 
@@ -62,10 +63,30 @@ def _redis_py(store: RedisStore, cycle: Cycle) -> None:
     pipe.execute()
 
 
+def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict[str, dict[str, float]]:
+    """p50 and p99 of one status read (one EVALSHA) per layout, reads alternated between layouts."""
+    rng = np.random.default_rng(1)
+    picks = [ids[k] for k in rng.integers(0, len(ids), n)]
+    lat: dict[str, list[float]] = {k: [] for k in stores}
+    for rid in picks[:200]:
+        for store in stores.values():
+            store.read_status(rid)
+    for rid in picks:
+        for name, store in stores.items():
+            t = time.perf_counter()
+            store.read_status(rid)
+            lat[name].append((time.perf_counter() - t) * 1000)
+    return {
+        k: {"p50": round(statistics.median(v), 4), "p99": round(sorted(v)[int(0.99 * (len(v) - 1))], 4)}
+        for k, v in lat.items()
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reads", type=int, default=5000, help="status reads per layout, alternated")
     ap.add_argument("--redis", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = ap.parse_args()
     est = fake_estimates(args.requests)
@@ -80,22 +101,25 @@ def main() -> None:
     }
     wall: dict[str, list[float]] = {k: [] for k in stores}
     server: dict[str, list[float]] = {k: [] for k in stores}
+    cpu: dict[str, list[float]] = {k: [] for k in stores}
     try:
         for k in range(args.rounds):
             cycle = Cycle(1764417600.0 + k, 5.0, ids, payloads)
             for name, store in stores.items():
                 store.client.delete(f"{store.prefix}:c:{cycle.id}:s")
                 before = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 if name == "redis-py":
                     _redis_py(store, cycle)
                 else:
                     store.publish(cycle)
                 wall[name].append(time.perf_counter() - t)
+                cpu[name].append(time.process_time() - c)
                 after = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
                 server[name].append((after - before) / 1e6)
             got = stores["bucketed"].read_status(ids[len(ids) // 2])
             assert got is not None and got.value == payloads[len(ids) // 2], "bucketed read disagrees"
+        reads = _read_latency({k: stores[k] for k in ("packed", "bucketed")}, ids, args.reads)
     finally:
         for store in stores.values():
             store.drop_all()
@@ -107,7 +131,10 @@ def main() -> None:
         "encode_s": round(encode_s, 4),
         "publish_s": {k: round(statistics.median(v), 4) for k, v in wall.items()},
         "redis_hset_s": {k: round(statistics.median(v), 4) for k, v in server.items()},
+        # CPU time of this process: what contention for the cores does not inflate.
+        "client_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
         "speedup_vs_redis_py": {k: round(base / statistics.median(v), 2) for k, v in wall.items()},
+        "status_read_ms": reads,
         "load_average": os.getloadavg(),
     }
     print(json.dumps(out, indent=1))

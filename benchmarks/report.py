@@ -339,14 +339,17 @@ def tables(results: dict[str, Any]) -> str:
             lines.append(f"Not measured: {pub['error']}")
         else:
             lines += [
-                "| way | publish (median wall) | Redis's own HSET time | speed-up over redis-py |",
-                "|---|---|---|---|",
+                "| way | publish (median wall) | client CPU | Redis's own HSET time | speed-up over redis-py |",
+                "|---|---|---|---|---|",
                 *[
-                    f"| {k} | {_s(v)} s | {_s(pub['redis_hset_s'][k])} s | {pub['speedup_vs_redis_py'][k]:.2f}x |"
+                    f"| {k} | {_s(v)} s | {_s(_get(pub, 'client_cpu_s', k))} s | {_s(pub['redis_hset_s'][k])} s | "
+                    f"{pub['speedup_vs_redis_py'][k]:.2f}x |"
                     for k, v in pub["publish_s"].items()
                 ],
                 "",
-                f"Encoding the payloads (NumPy, before publishing) took {_s(pub.get('encode_s'))} s.",
+                f"Encoding the payloads (NumPy, before publishing) took {_s(pub.get('encode_s'))} s. "
+                + "A status read (one EVALSHA), p50 / p99: "
+                + "; ".join(f"{k} {_s(v['p50'])} / {_s(v['p99'])} ms" for k, v in pub.get("status_read_ms", {}).items()),
             ]
     lines += ["", "### Cost per pair of groups", "", *pair_costs(results)]
     notes = results.get("far_from_floor", [])
