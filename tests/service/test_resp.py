@@ -87,6 +87,7 @@ def test_bucketed_cycle_reads_back_every_request(redis_prefix, ids) -> None:
         for rid, payload in zip(ids, payloads):
             assert store.read_status(rid).value == payload
         assert store.read_status("never-" + ids[0]).value is None
+        assert store.payloads(store.read_current().cycle_id) == dict(zip(ids, payloads))
         for rid in ids:  # an id that is another's prefix or suffix must not match it
             assert store.read_status(rid[:-1] or "z").value in (None, *[p for r, p in zip(ids, payloads) if r == (rid[:-1] or "z")])
     finally:
@@ -100,6 +101,7 @@ def test_unbucketed_layout_reads_the_same(redis_prefix) -> None:
         assert store.publish(Cycle(100.0, 5.0, ["a", "b"], ["[1]", "[2]"]))
         assert store.client.hget(f"{redis_prefix}:c:{store.read_current().cycle_id}:s", "a") == b"[1]"
         assert store.read_status("b").value == "[2]" and store.read_status("c").value is None
+        assert store.payloads(store.read_current().cycle_id) == {"a": "[1]", "b": "[2]"}
     finally:
         store.drop_all()
         store.close()

@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from vecsched.service.store.base import Cycle, Reading, _reading
-from vecsched.service.store.resp import bucket_fields, pack_command, pack_hset, send_commands
+from vecsched.service.store.resp import bucket_fields, pack_command, pack_hset, send_commands, unbucket
 
 _SWITCH = """
 -- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
@@ -174,6 +174,20 @@ class RedisStore:
         """
         got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
         return _reading(got, lambda v: v.decode() if v is not None else None)
+
+    def payloads(self, cycle_id: str) -> dict[str, str]:
+        """Every request id and payload of cycle ``cycle_id`` (one ``HGETALL``), whatever the layout.
+
+        Parameters
+        ----------
+        cycle_id : str
+
+        Returns
+        -------
+        dict
+            Request id to payload; empty when the cycle has no requests or is gone.
+        """
+        return unbucket(self.client.hgetall(self._keys(cycle_id)[0]))
 
     def read_current(self) -> Reading | None:
         """The current cycle alone (``value`` None): one GET, no payload.

@@ -232,3 +232,26 @@ def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[str
     names = [BUCKETS_FIELD] + list(map(str, sorted_bucket[present].tolist()))
     values = [str(n_buckets).encode()] + [entries[a:b] for a, b in zip(starts, stops)]
     return names, values
+
+
+def unbucket(fields: dict[bytes, bytes]) -> dict[str, str]:
+    """Request id to payload from a whole status hash (``HGETALL``), in either layout.
+
+    Examples
+    --------
+    >>> names, values = bucket_fields(["r1", "r2"], ["[1]", "[2]"])
+    >>> unbucket({n.encode(): v for n, v in zip(names, values)}) == {"r1": "[1]", "r2": "[2]"}
+    True
+    >>> unbucket({b"r1": b"[1]"})
+    {'r1': '[1]'}
+    """
+    if BUCKETS_FIELD.encode() not in fields:
+        return {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
+    out: dict[str, str] = {}
+    for name, blob in fields.items():
+        if name == BUCKETS_FIELD.encode():
+            continue
+        for entry in blob.decode("utf-8").split("\n")[1:]:
+            rid, _, payload = entry.partition("\t")
+            out[rid] = payload
+    return out
