@@ -69,7 +69,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.cli import non_negative_int, positive_float
+    from vecsched.arguments import non_negative_int, positive_float
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -157,7 +157,8 @@ def _db_load(args: argparse.Namespace) -> int:
     from vecsched.errors import UserError
     from vecsched.service.demo import forget_demo
     from vecsched.service.sql import import_snapshot, make_engine
-    from vecsched.snapshot.snapshot import _iso, load_snapshot
+    from vecsched.snapshot.snapshot import load_snapshot
+    from vecsched.snapshot.times import iso
 
     snapshot = load_snapshot(args.snapshot)
     age = time.time() - snapshot.now
@@ -165,7 +166,7 @@ def _db_load(args: argparse.Namespace) -> int:
         # Loaded as is, every request of an old snapshot has expired and nothing
         # is published; shifting production data must be asked for, never silent.
         raise UserError(
-            f"{args.snapshot} was taken at {_iso(snapshot.now)}, {age / 3600:.1f} h ago: its requests have "
+            f"{args.snapshot} was taken at {iso(snapshot.now)}, {age / 3600:.1f} h ago: its requests have "
             "expired; pass --shift-to-now to move its times to now (or --keep-times to load it as it is)")
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
@@ -180,10 +181,10 @@ def _db_load(args: argparse.Namespace) -> int:
 
 
 def _db_dump(args: argparse.Namespace) -> int:
-    from vecsched.snapshot.snapshot import _to_epoch
+    from vecsched.snapshot.times import to_epoch
     from vecsched.service.sql import load_horde, make_engine
 
-    now = _to_epoch(args.now) if args.now else time.time()
+    now = to_epoch(args.now) if args.now else time.time()
     snapshot = load_horde(make_engine(_db_url(args)), now)
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)

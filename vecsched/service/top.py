@@ -128,9 +128,9 @@ def render(frame: pd.DataFrame, reading: Reading) -> str:
     >>> print(render(frame, Reading("1.0|5.0|x", 1.0, 5.0, None)).splitlines()[0])
     cycle 1970-01-01T00:00:01Z: 1 requests shown, longest wait first
     """
-    from vecsched.snapshot.snapshot import _iso
+    from vecsched.snapshot.times import iso
 
-    head = f"cycle {_iso(reading.time)}: {len(frame)} requests shown, longest wait first"
+    head = f"cycle {iso(reading.time)}: {len(frame)} requests shown, longest wait first"
     if frame.empty:
         return head + "\n(no waiting request)"
     shown = frame.copy()
