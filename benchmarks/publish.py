@@ -1,4 +1,4 @@
-"""Measure publishing one cycle's payloads to Redis, three ways side by side.
+"""Measure publishing one cycle's payloads to Redis, two ways side by side.
 
 Usage::
 
@@ -8,15 +8,14 @@ Payloads come from :func:`vecsched.service.payload.encode_payloads` on random
 figures (their encoding is timed too). Each round publishes the same cycle
 with, in turn:
 
-* ``redis-py``: the previous way, a pipeline of ``HSET key mapping=...`` of
-  5,000 fields each (redis-py packs every field in Python);
-* ``packed``: the same fields, one HSET per chunk packed in bulk
-  (:mod:`vecsched.service.store.resp`);
-* ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does,
-  16 requests per field, packed in bulk.
+* ``per-request``: one hash field per request (``RedisStore(bucketed=False)``):
+  a pipeline of ``HSET key mapping=...`` of 5,000 fields each;
+* ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does by
+  default, 16 requests per field (:mod:`vecsched.service.store.buckets`), through
+  the same redis-py pipeline.
 
 It prints one JSON document: medians of wall time, of Redis's own time in
-HSET (``INFO commandstats``), of this process's CPU time, the ratios to ``redis-py``, and the latency of a
+HSET (``INFO commandstats``), of this process's CPU time, the ratios to ``per-request``, and the latency of a
 status read from the per-request and the bucketed layouts (alternated). Everything runs
 under a throwaway key prefix, removed at the end.
 """
@@ -53,16 +52,6 @@ def fake_estimates(n: int, seed: int = 0) -> SimpleNamespace:
     return SimpleNamespace(request_id=ids, columns=cols)
 
 
-def _redis_py(store: RedisStore, cycle: Cycle) -> None:
-    """The previous publication: redis-py packs each field."""
-    key = f"{store.prefix}:c:{cycle.id}:s"
-    pipe = store.client.pipeline(transaction=False)
-    ids, payloads = list(cycle.request_ids), list(cycle.payloads)
-    for start in range(0, len(ids), 5000):
-        pipe.hset(key, mapping=dict(zip(ids[start : start + 5000], payloads[start : start + 5000])))
-    pipe.execute()
-
-
 def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict[str, dict[str, float]]:
     """p50 and p99 of one status read (one EVALSHA) per layout, reads alternated between layouts."""
     rng = np.random.default_rng(1)
@@ -95,9 +84,8 @@ def main() -> None:
     encode_s = time.perf_counter() - t
     prefix = "vs-bench-publish-" + secrets.token_hex(4)
     stores = {
-        "redis-py": RedisStore(args.redis, prefix=prefix + "-a"),
-        "packed": RedisStore(args.redis, prefix=prefix + "-b", bucketed=False),
-        "bucketed": RedisStore(args.redis, prefix=prefix + "-c"),
+        "per-request": RedisStore(args.redis, prefix=prefix + "-a", bucketed=False),
+        "bucketed": RedisStore(args.redis, prefix=prefix + "-b"),
     }
     wall: dict[str, list[float]] = {k: [] for k in stores}
     server: dict[str, list[float]] = {k: [] for k in stores}
@@ -109,22 +97,19 @@ def main() -> None:
                 store.client.delete(f"{store.prefix}:c:{cycle.id}:s")
                 before = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
                 t, c = time.perf_counter(), time.process_time()
-                if name == "redis-py":
-                    _redis_py(store, cycle)
-                else:
-                    store.publish(cycle)
+                store.publish(cycle)
                 wall[name].append(time.perf_counter() - t)
                 cpu[name].append(time.process_time() - c)
                 after = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
                 server[name].append((after - before) / 1e6)
             got = stores["bucketed"].read_status(ids[len(ids) // 2])
             assert got is not None and got.value == payloads[len(ids) // 2], "bucketed read disagrees"
-        reads = _read_latency({k: stores[k] for k in ("packed", "bucketed")}, ids, args.reads)
+        reads = _read_latency(stores, ids, args.reads)
     finally:
         for store in stores.values():
             store.drop_all()
             store.close()
-    base = statistics.median(wall["redis-py"])
+    base = statistics.median(wall["per-request"])
     out = {
         "requests": args.requests,
         "rounds": args.rounds,
@@ -133,7 +118,7 @@ def main() -> None:
         "redis_hset_s": {k: round(statistics.median(v), 4) for k, v in server.items()},
         # CPU time of this process: what contention for the cores does not inflate.
         "client_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
-        "speedup_vs_redis_py": {k: round(base / statistics.median(v), 2) for k, v in wall.items()},
+        "speedup_vs_per_request": {k: round(base / statistics.median(v), 2) for k, v in wall.items()},
         "status_read_ms": reads,
         "load_average": os.getloadavg(),
     }

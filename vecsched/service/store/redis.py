@@ -5,7 +5,7 @@ Redis layout, for a key prefix ``P`` and a cycle id ``C`` (``time|interval|token
 - ``P:current``: the id of the current cycle;
 - ``P:c:C:s``: hash of the payloads: field ``#`` holds a bucket count B and field
   ``str(hash(id) % B)`` the ``"\\nID\\tPAYLOAD"`` entries of its requests
-  (:func:`vecsched.service.store.resp.bucket_fields`); without ``#``, field =
+  (:func:`vecsched.service.store.buckets.bucket_fields`); without ``#``, field =
   request id and value = the request's payload;
 - ``P:c:C:m``: JSON of the cycle's horde-wide totals and counts;
 - ``P:c:C:p``: the prospective-request state (bytes).
@@ -22,7 +22,7 @@ import math
 from typing import Any
 
 from vecsched.service.store.base import Cycle, Reading, _reading
-from vecsched.service.store.resp import bucket_fields, pack_command, pack_hset, send_commands, unbucket
+from vecsched.service.store.buckets import bucket_fields, unbucket
 
 _SWITCH = """
 -- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
@@ -59,7 +59,7 @@ local h = ARGV[1] .. ':c:' .. cur .. ':s'
 local id = ARGV[2]
 local buckets = tonumber(redis.call('HGET', h, '#') or '0') or 0
 if buckets == 0 then return {cur, redis.call('HGET', h, id)} end
--- many requests per field (vecsched.service.store.resp.bucket_fields): find this one's
+-- many requests per field (vecsched.service.store.buckets.bucket_fields): find this one's
 local x = 0
 for i = 1, #id do x = (x * 31 + string.byte(id, i)) % 1000003 end
 local blob = redis.call('HGET', h, tostring(x % buckets))
@@ -145,17 +145,16 @@ class RedisStore:
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
         ids, payloads = list(cycle.request_ids), list(cycle.payloads)
         if self.bucketed:
-            # BUCKET_SIZE requests per field: Redis's cost is per field (see resp.py).
+            # BUCKET_SIZE requests per field: Redis's and redis-py's costs are per field.
             ids, payloads = bucket_fields(ids, payloads) or (ids, payloads)
-        # Pre-packed commands, one pipeline: redis-py would pack each field in Python.
-        commands = []
+        pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(ids), self.chunk):
-            commands.append(pack_hset(status_key, ids[start : start + self.chunk], payloads[start : start + self.chunk]))
+            pipe.hset(status_key, mapping=dict(zip(ids[start : start + self.chunk], payloads[start : start + self.chunk])))
             if start == 0:
-                commands.append(pack_command("EXPIRE", status_key, pending_ttl))
-        commands.append(pack_command("SET", meta_key, meta, "EX", pending_ttl))
-        commands.append(pack_command("SET", prosp_key, cycle.prospective, "EX", pending_ttl))
-        send_commands(self.client, commands)
+                pipe.expire(status_key, pending_ttl)
+        pipe.set(meta_key, meta, ex=pending_ttl)
+        pipe.set(prosp_key, cycle.prospective, ex=pending_ttl)
+        pipe.execute()
         keys = [self.current_key, status_key, meta_key, prosp_key]
         switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(cycle.request_ids)])
         return bool(switched)

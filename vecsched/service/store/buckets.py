@@ -1,117 +1,17 @@
-"""Redis commands packed in bulk: one HSET per chunk of fields, encoded without a step per field.
+"""Many requests per Redis hash field: the status hash's bucketed layout.
 
-redis-py packs each argument of a command in Python (a length, a few
-concatenations, an encode); for 300,000 requests that is most of a
-publication. Here a chunk's fields become one RESP command from a handful of
-C-level joins: lengths come from ``map(len, ...)`` and a table of ``$n``
-headers, and the whole chunk is one ``"\\r\\n".join`` and one ``encode``.
+Redis spends about a microsecond per hash field it inserts, and redis-py packs
+every argument of a command in Python; with one field per request both grow
+with the queue. Fields of about :data:`BUCKET_SIZE` requests each cut both by
+that factor, while a status read stays one ``EVALSHA`` (the read script
+computes the same id hash as :func:`id_hashes`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
-
-# "$n" headers for bulk strings of n bytes, grown on demand.
-_HEADERS: list[str] = []
-
-
-def _headers(longest: int) -> list[str]:
-    if len(_HEADERS) <= longest:
-        _HEADERS.extend(f"${k}" for k in range(len(_HEADERS), max(longest + 1, 2 * len(_HEADERS), 256)))
-    return _HEADERS
-
-
-def pack_command(*args: str | bytes | int) -> bytes:
-    """One RESP command (an array of bulk strings).
-
-    Examples
-    --------
-    >>> pack_command("SET", "k", 5)
-    b'*3\\r\\n$3\\r\\nSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\n5\\r\\n'
-    """
-    parts = [f"*{len(args)}\r\n".encode()]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode("utf-8")
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-def pack_hset(key: str, fields: Sequence[str], values: Sequence[str] | Sequence[bytes]) -> bytes:
-    """``HSET key field value [field value ...]`` as one RESP command.
-
-    Text is UTF-8 on the wire. ASCII text (request ids and payloads are) is
-    packed with C-level joins only; other text, and bytes values, take one
-    small step per field.
-
-    Examples
-    --------
-    >>> pack_hset("h", ["a", "bc"], ["1", "[2]"])
-    b'*6\\r\\n$4\\r\\nHSET\\r\\n$1\\r\\nh\\r\\n$1\\r\\na\\r\\n$1\\r\\n1\\r\\n$2\\r\\nbc\\r\\n$3\\r\\n[2]\\r\\n'
-    >>> pack_hset("h", ["a"], [b"1"]) == pack_hset("h", ["a"], ["1"])
-    True
-    """
-    if len(fields) != len(values):
-        raise ValueError(f"{len(fields)} fields for {len(values)} values")
-    head = pack_command("HSET", key)
-    head = b"*%d\r\n" % (2 + 2 * len(fields)) + head[head.index(b"\r\n") + 2 :]
-    if not fields:
-        return head
-    flat: list[Any] = [None] * (4 * len(fields))
-    flat[1::4] = fields
-    flat[3::4] = values
-    if not isinstance(values[0], bytes) and "".join(flat[1::2]).isascii():
-        lengths_f = list(map(len, fields))
-        lengths_v = list(map(len, values))
-        headers = _headers(max(max(lengths_f), max(lengths_v)))
-        flat[0::4] = map(headers.__getitem__, lengths_f)
-        flat[2::4] = map(headers.__getitem__, lengths_v)
-        return head + ("\r\n".join(flat) + "\r\n").encode("ascii")
-    out = [head]
-    for item in flat[1::2]:
-        data = item if isinstance(item, bytes) else item.encode("utf-8")
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-def send_commands(client: Any, commands: list[bytes]) -> list[Any]:
-    """Send packed commands on one connection and read every reply (a pipeline of raw bytes).
-
-    Every reply is read before an error is raised, so the connection stays in
-    step; a failure mid-way drops the connection instead of returning it.
-    """
-    pool = client.connection_pool
-    try:
-        conn = pool.get_connection()
-    except TypeError:  # redis-py before 5.3 wants a command name
-        conn = pool.get_connection("HSET")
-    replies: list[Any] = []
-    try:
-        conn.send_packed_command(commands)
-        error: Exception | None = None
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except Exception as exc:  # a Redis error reply: keep reading the others
-                if not _is_reply_error(exc):
-                    raise
-                error = error or exc
-                replies.append(exc)
-        if error is not None:
-            raise error
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
-    return replies
-
-
-def _is_reply_error(exc: Exception) -> bool:
-    import redis
-
-    return isinstance(exc, redis.ResponseError)
 
 
 # -- buckets: many requests per hash field ------------------------------------------

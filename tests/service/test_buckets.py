@@ -1,4 +1,4 @@
-"""Bulk-packed Redis commands and bucketed payloads, on the real Redis."""
+"""Bucketed payloads in the status hash, on the real Redis."""
 
 from __future__ import annotations
 
@@ -10,46 +10,12 @@ from hypothesis import strategies as st
 
 from vecsched.service.store.base import Cycle
 from vecsched.service.store.redis import RedisStore
-from vecsched.service.store.resp import (
-    BUCKET_SIZE,
-    bucket_fields,
-    id_hash,
-    id_hashes,
-    pack_command,
-    pack_hset,
-    send_commands,
-)
+from vecsched.service.store.buckets import BUCKET_SIZE, bucket_fields, id_hash, id_hashes
 
 # Request ids as the horde has them, and odd ones: unicode, separators, varied lengths.
 REDIS_BASE = os.environ.get("VECSCHED_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 _ids = st.lists(st.text(min_size=1, max_size=40), min_size=1, max_size=60, unique=True)
-
-
-def _resp_args(packed: bytes) -> list[bytes]:
-    """Parse one RESP array of bulk strings back into its arguments (test oracle)."""
-    assert packed.startswith(b"*")
-    head, rest = packed.split(b"\r\n", 1)
-    out = []
-    for _ in range(int(head[1:])):
-        size_line, rest = rest.split(b"\r\n", 1)
-        size = int(size_line[1:])
-        out.append(rest[:size])
-        assert rest[size : size + 2] == b"\r\n"
-        rest = rest[size + 2 :]
-    assert rest == b""
-    return out
-
-
-@given(_ids, st.data())
-def test_pack_hset_is_the_resp_of_its_arguments(ids, data) -> None:
-    values = [data.draw(st.text(max_size=30)) for _ in ids]
-    args = _resp_args(pack_hset("key", ids, values))
-    expected = [b"HSET", b"key"]
-    for f, v in zip(ids, values):
-        expected += [f.encode(), v.encode()]
-    assert args == expected
-    assert _resp_args(pack_command("SET", "k", b"\x00\xff", 5)) == [b"SET", b"k", b"\x00\xff", b"5"]
 
 
 @given(_ids)
@@ -107,20 +73,22 @@ def test_unbucketed_layout_reads_the_same(redis_prefix) -> None:
         store.close()
 
 
-def test_an_error_reply_is_raised_after_every_reply_is_read(redis_prefix) -> None:
-    client = redis_lib.Redis.from_url(REDIS_BASE)
-    key = f"{redis_prefix}:x"
+def test_a_failed_write_raises_and_never_switches(redis_prefix) -> None:
+    store = RedisStore(REDIS_BASE, prefix=redis_prefix)
     try:
-        client.set(key, "text")
+        assert store.publish(Cycle(100.0, 5.0, ["a"], ["[1]"]))
+        # The next cycle's status key already holds a string: its HSET fails.
+        later = Cycle(200.0, 5.0, ["a", "b"], ["[3]", "[4]"])
+        store.client.set(f"{redis_prefix}:c:{later.id}:s", "not a hash")
         try:
-            send_commands(client, [pack_hset(key, ["f"], ["v"]), pack_command("SET", key + "2", "ok")])
+            store.publish(later)
         except redis_lib.ResponseError:
             pass
         else:
             raise AssertionError("HSET on a string must fail")
-        # The command after the failing one ran, and the connection still answers.
-        assert client.get(key + "2") == b"ok"
-        assert client.ping()
+        assert store.read_status("a").value == "[1]"
+        assert store.read_current().cycle_id != later.id
+        assert store.client.ping()
     finally:
-        client.delete(key, key + "2")
-        client.close()
+        store.drop_all()
+        store.close()
