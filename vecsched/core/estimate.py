@@ -22,6 +22,7 @@ from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCE
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
+from vecsched.core.threads import blas_threads
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -321,4 +322,5 @@ def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estima
     (1, 0, 10.0)
     """
     options = EstimateOptions(eligible_image_wait=eligible_image_wait)
-    return compute(snapshot, options)
+    with blas_threads(workers=len(snapshot.workers.id), requests=len(snapshot.requests.id)):
+        return compute(snapshot, options)

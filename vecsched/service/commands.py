@@ -1,4 +1,4 @@
-"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``.
+"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``, ``serve``.
 
 Configuration, each flag overriding its variable: ``--db`` /
 ``VECSCHED_DATABASE_URL`` (default: the SQLite file ``vecsched.sqlite`` in
@@ -33,7 +33,7 @@ _REQUEST_BOOLS = ("is_chat", "slow_workers", "trusted_workers", "nsfw", "validat
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``db``, ``run``, ``status``, ``top`` and ``prospective`` to the ``vecsched`` command line."""
+    """Add ``db``, ``run``, ``status``, ``top``, ``prospective`` and ``serve`` to the ``vecsched`` command line."""
 
     def common(p: argparse.ArgumentParser, redis: bool = True) -> None:
         p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL, else the embedded "
@@ -44,6 +44,7 @@ def add_commands(sub: Any) -> None:
 
     _add_db_commands(sub, common)
     _add_job_and_read_commands(sub, common)
+    _add_serve_command(sub, common)
 
 
 def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
@@ -125,6 +126,31 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                    help="seconds after which figures are stale (default: three refresh intervals)")
     common(p)
     p.set_defaults(func=_prospective)
+
+
+def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
+    from vecsched.arguments import positive_float
+
+    p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    p.add_argument("--processes", type=_at_least_one, default=2,
+                   help="server processes; not --workers, which are the horde's (default: 2)")
+    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
+    p.add_argument("--max-age", type=positive_float,
+                   help="seconds after which figures are stale (default: three refresh intervals)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="log level; at DEBUG gunicorn logs request lines, ids included (default: INFO)")
+    common(p)
+    p.set_defaults(func=_serve)
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _json_object(text: str) -> dict[str, Any]:
@@ -336,3 +362,12 @@ def _prospective(args: argparse.Namespace) -> int:
     request.setdefault("gentype", "text")
     print(json.dumps(prospective(request, store=_store(args), max_age=args.max_age)))
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from vecsched.service.http.serve import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(host=args.host, port=args.port, processes=args.processes, threads=args.threads,
+                 database_url=_db_url(args), redis_url=args.redis, prefix=args.prefix,
+                 max_age=args.max_age, log_level=args.log_level)

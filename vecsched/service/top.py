@@ -51,9 +51,7 @@ def _redis_payloads(store: RedisStore) -> tuple[Reading | None, dict[str, str]]:
     current = store.read_current()
     if current is None:
         return None, {}
-    status_key = store._keys(current.cycle_id)[0]
-    got = store.client.hgetall(status_key)
-    return current, {k.decode(): v.decode() for k, v in got.items()}
+    return current, store.payloads(current.cycle_id)
 
 
 def _sql_payloads(store: SQLStore) -> tuple[Reading | None, dict[str, str]]:
