@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.snapshot.schema import (
+    KEY_COLUMNS,
     REQUIRED,
     TABLES,
     Column,
@@ -29,6 +30,8 @@ from vecsched.snapshot.schema import (
 
 FORMAT = "vecsched.snapshot/1"
 _MISSING = object()
+EVENT_TABLES = ("dispatches", "capacity_returns")
+_ROW_TABLES = ("workers", "requests", "jobs") + EVENT_TABLES
 
 
 class SnapshotError(ValueError):
@@ -142,8 +145,8 @@ class Snapshot:
     jobs: Table
     excluded_pairs: Table
     model_names: np.ndarray
-    dispatches: tuple[dict[str, Any], ...] = ()
-    capacity_returns: tuple[dict[str, Any], ...] = ()
+    dispatches: Table = field(default_factory=lambda: _empty_events("dispatches"))
+    capacity_returns: Table = field(default_factory=lambda: _empty_events("capacity_returns"))
     rejected: tuple[RowError, ...] = field(default=())
 
     # -- construction -------------------------------------------------------------
@@ -155,15 +158,17 @@ class Snapshot:
         requests: Mapping[str, Any],
         jobs: Mapping[str, Any] | None = None,
         excluded_pairs: Mapping[str, Any] | None = None,
-        dispatches: Iterable[dict[str, Any]] = (),
-        capacity_returns: Iterable[dict[str, Any]] = (),
+        dispatches: Mapping[str, Any] | Iterable[dict[str, Any]] = (),
+        capacity_returns: Mapping[str, Any] | Iterable[dict[str, Any]] = (),
         rejected: Iterable[RowError] = (),
     ) -> "Snapshot":
         """Build a snapshot from typed columns (arrays, or lists for list columns).
 
         Columns follow SNAPSHOT_FORMAT.md; times are epoch seconds; a missing
         optional column takes its default. Value rules are checked here, bad
-        rows left out and reported in :attr:`rejected`.
+        rows left out and reported in :attr:`rejected`. ``dispatches`` and
+        ``capacity_returns`` are columns too, or a list of JSON-like objects
+        (times as ISO strings).
         """
         errors: list[RowError] = list(rejected)
         typed = {}
@@ -189,6 +194,12 @@ class Snapshot:
                     cols[col.name] = cols[col.name].astype(col.dtype)
             tables[table] = Table(table, cols) if keep.all() else Table(table, cols).take(keep)
 
+        for table, given in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
+            if isinstance(given, Mapping):
+                cols = _typed_columns(table, dict(given))
+            else:
+                cols = _typed_columns(table, _columns_from_records(table, list(given), errors))
+            tables[table] = _checked_table(table, cols, errors)
         pairs = dict(excluded_pairs or {})
         pair_table = Table(
             "excluded_pairs",
@@ -205,8 +216,8 @@ class Snapshot:
             jobs=tables["jobs"],
             excluded_pairs=pair_table,
             model_names=np.asarray(vocabulary, dtype=object),
-            dispatches=tuple(dispatches),
-            capacity_returns=tuple(capacity_returns),
+            dispatches=tables["dispatches"],
+            capacity_returns=tables["capacity_returns"],
             rejected=tuple(errors),
         )
 
@@ -242,7 +253,7 @@ class Snapshot:
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as a JSON-ready mapping in the interchange format."""
         out: dict[str, Any] = {"format": FORMAT, "now": _iso(self.now)}
-        for table in ("workers", "requests", "jobs"):
+        for table in _ROW_TABLES:
             t: Table = getattr(self, table)
             cols: dict[str, list[Any]] = {}
             for col in TABLES[table]:
@@ -268,8 +279,6 @@ class Snapshot:
                 self.excluded_pairs.worker_id.tolist(), self.excluded_pairs.request_id.tolist()
             )
         ]
-        out["dispatches"] = list(self.dispatches)
-        out["capacity_returns"] = list(self.capacity_returns)
         return out
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -329,7 +338,7 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         raise SnapshotError(f"'now' must be an ISO 8601 time with a zone, got {doc.get('now')!r}") from None
     errors: list[RowError] = []
     columns = {}
-    for table in ("workers", "requests", "jobs"):
+    for table in _ROW_TABLES:
         rows = doc.get(table, [])
         if not isinstance(rows, list):
             raise SnapshotError(f"'{table}' must be a list of objects")
@@ -353,17 +362,25 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         columns["requests"],
         columns["jobs"],
         {"worker_id": [p[0] for p in good_pairs], "request_id": [p[1] for p in good_pairs]},
-        dispatches=_list_of_objects(doc, "dispatches"),
-        capacity_returns=_list_of_objects(doc, "capacity_returns"),
+        dispatches=columns["dispatches"],
+        capacity_returns=columns["capacity_returns"],
         rejected=errors,
     )
 
 
-def _list_of_objects(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
-    value = doc.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(x, dict) for x in value):
-        raise SnapshotError(f"'{key}' must be a list of objects")
-    return value
+def _checked_table(table: str, cols: dict[str, Any], errors: list[RowError]) -> Table:
+    """Validate typed columns of an event table; ``id`` aliases its key column."""
+    positions = cols.pop("__row__", None)
+    keep = validate_columns(table, cols, errors, positions)
+    for col in TABLES[table]:
+        if col.kind in ("int", "enum"):
+            cols[col.name] = cols[col.name].astype(col.dtype)
+    cols["id"] = cols[KEY_COLUMNS[table]]
+    return Table(table, cols) if keep.all() else Table(table, cols).take(keep)
+
+
+def _empty_events(table: str) -> Table:
+    return _checked_table(table, _typed_columns(table, {}), [])
 
 
 def _columns_from_records(table: str, rows: list[Any], errors: list[RowError]) -> dict[str, Any]:
@@ -373,7 +390,7 @@ def _columns_from_records(table: str, rows: list[Any], errors: list[RowError]) -
     is_obj = [isinstance(r, dict) for r in rows]
     rows = [r if ok else {} for r, ok in zip(rows, is_obj)]
     bad = ~np.asarray(is_obj, dtype=bool) if n else np.zeros(0, dtype=bool)
-    raw_ids = [r.get("id") for r in rows]
+    raw_ids = [r.get(KEY_COLUMNS.get(table, "id")) for r in rows]
     for k in np.flatnonzero(bad):
         errors.append(RowError(table, int(k), None, "row", "must be a JSON object"))
 
