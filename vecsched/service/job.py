@@ -111,7 +111,27 @@ class SQLLoader:
         """
         from vecsched.service.sql import load_horde
 
-        return load_horde(self.engine, now)
+        snapshot = load_horde(self.engine, now)
+        self._prune(now)
+        return snapshot
+
+    PRUNE_EVERY = 60.0
+    _pruned_at = float("-inf")
+
+    def _prune(self, now: float) -> None:
+        """Keep the event tables bounded: drop rows no cycle can need, once a minute.
+
+        Pruning is housekeeping: its failure is logged and never fails the cycle.
+        """
+        if now - self._pruned_at < self.PRUNE_EVERY:
+            return
+        from vecsched.service.sql.events import prune_events
+
+        try:
+            prune_events(self.engine, now)
+            self._pruned_at = now
+        except Exception as exc:  # noqa: BLE001 - the next cycle tries again
+            log.warning("pruning the event tables failed: %s", type(exc).__name__)
 
 
 def _default_estimate(snapshot: Snapshot) -> Any:

@@ -51,22 +51,40 @@ class _GenericFetch:
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
+    def main(
+        self,
+        table: sa.Table,
+        renames: dict[str, str],
+        spec: list[Column],
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> list[_Raw]:
         selected = []
         for col in spec:
             sql_col = table.c[renames.get(col.name, col.name)]
             selected.append(_epoch(self.conn, sql_col) if col.kind == "time" else sql_col)
         with _gc_paused():
-            rows = self.conn.execute(sa.select(*selected).order_by(table.c.id)).all()
+            query = sa.select(*selected).order_by(*table.primary_key.columns)
+            if where is not None:
+                query = query.where(where)
+            rows = self.conn.execute(query, params or {}).all()
             raw = list(zip(*rows)) if rows else [() for _ in spec]
             del rows
             return [_raw_from_list(col, list(values)) for col, values in zip(spec, raw)]
 
-    def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
+    def link(
+        self,
+        table: sa.Table,
+        key: str,
+        value: str,
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
         with _gc_paused():
-            rows = self.conn.execute(
-                sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position)
-            ).all()
+            query = sa.select(table.c[key], table.c[value]).order_by(table.c[key], table.c.position)
+            if where is not None:
+                query = query.where(where)
+            rows = self.conn.execute(query, params or {}).all()
             if not rows:
                 return [], []
             keys, vals = zip(*rows)
