@@ -21,6 +21,7 @@ from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCE
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import eligibility
 from vecsched.core.result import EstimateOptions, Estimates
+from vecsched.core.stall import stall, stall_columns
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -79,6 +80,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         "horde_wait_time": np.full(n, np.nan),
         "fallback": np.zeros(n, dtype=bool),
         **progress,
+        **stall_columns(n),
     }
     horde: dict[str, dict[str, float]] = {}
     extras: dict[str, dict[str, object]] = {}
@@ -100,7 +102,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
                 gentype,
                 (ex_w[sel], in_mine[ex_r[sel]]),
                 len(snapshot.model_names),
-                with_competition=aware,
+                # might_stall needs what each group could take, image included.
+                with_competition=True,
             )
         if aware:
             # What a request not yet created needs to be answered like the queue
@@ -118,6 +121,12 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         columns["eligible_workers"][mine] = elig.workers
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (progress["processing"][mine] > 0)
+        with stages("stall"):
+            excluded = (ex_w[sel], in_mine[ex_r[sel]])
+            pressure = stall(snapshot, wk, sub, gentype, elig, position[mine], progress["processing"][mine],
+                             excluded, len(snapshot.model_names))
+            for name, values in pressure.items():
+                columns[name][mine] = values
         if not aware:
             columns["queue_position"][mine] = columns["horde_queue_position"][mine]
             columns["wait_time"][mine] = columns["horde_wait_time"][mine]
