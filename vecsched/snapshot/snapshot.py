@@ -194,12 +194,6 @@ class Snapshot:
                     cols[col.name] = cols[col.name].astype(col.dtype)
             tables[table] = Table(table, cols) if keep.all() else Table(table, cols).take(keep)
 
-        for table, given in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
-            if isinstance(given, Mapping):
-                cols = _typed_columns(table, dict(given))
-            else:
-                cols = _typed_columns(table, _columns_from_records(table, list(given), errors))
-            tables[table] = _checked_table(table, cols, errors)
         pairs = dict(excluded_pairs or {})
         pair_table = Table(
             "excluded_pairs",
@@ -216,10 +210,37 @@ class Snapshot:
             jobs=tables["jobs"],
             excluded_pairs=pair_table,
             model_names=np.asarray(vocabulary, dtype=object),
-            dispatches=tables["dispatches"],
-            capacity_returns=tables["capacity_returns"],
             rejected=tuple(errors),
-        )
+        ).with_events(dispatches, capacity_returns)
+
+    def with_events(
+        self,
+        dispatches: Mapping[str, Any] | Iterable[dict[str, Any]],
+        capacity_returns: Mapping[str, Any] | Iterable[dict[str, Any]],
+    ) -> "Snapshot":
+        """This snapshot with other scheduling events (columns or JSON-like rows), checked like any.
+
+        Examples
+        --------
+        >>> import vecsched
+        >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+        ...     "now": "2026-11-29T12:00:00Z", "workers": [], "requests": []})
+        >>> more = snap.with_events({"dispatch_id": ["d1"], "worker_id": ["w"], "request_id": ["r"],
+        ...     "request_created": [0.0], "dispatched_at": [1.0], "assigned_work": [-1.0]}, {})
+        >>> len(more.dispatches), more.rejected[0].field
+        (0, 'assigned_work')
+        """
+        import dataclasses
+
+        errors = list(self.rejected)
+        tables = {}
+        for table, given in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
+            if isinstance(given, Mapping):
+                cols = _typed_columns(table, dict(given))
+            else:
+                cols = _typed_columns(table, _columns_from_records(table, list(given), errors))
+            tables[table] = _checked_table(table, cols, errors)
+        return dataclasses.replace(self, rejected=tuple(errors), **tables)
 
     # -- views --------------------------------------------------------------------
     def model_lists(self, table: str) -> list[list[str]]:
