@@ -58,6 +58,9 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles (default 5)")
     p.add_argument("--no-seed", action="store_true", help="do not seed an empty SQLite file")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
+                   help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
+    p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
     common(p)
     p.set_defaults(func=_run)
 
@@ -159,11 +162,19 @@ def _run(args: argparse.Namespace) -> int:
             log.warning("could not create tables in %s: %s", url, exc)
     store = _store(args)
     loader = SQLLoader(engine)
-    if args.once:
-        report = run_cycle(loader, store, time.time, interval=args.interval)
-        return 0 if report.ok else 1
-    run_service(loader, store, interval=args.interval)
-    return 0
+    from vecsched.service.metrics import CycleMetrics, setup_metrics
+
+    provider = setup_metrics(args.metrics, port=args.metrics_port)
+    observe = CycleMetrics().observer(args.interval) if provider is not None else None
+    try:
+        if args.once:
+            report = run_cycle(loader, store, time.time, interval=args.interval, observe=observe)
+            return 0 if report.ok else 1
+        run_service(loader, store, interval=args.interval, observe=observe)
+        return 0
+    finally:
+        if provider is not None:
+            provider.shutdown()  # the console exporter prints the last export here
 
 
 def _status(args: argparse.Namespace) -> int:

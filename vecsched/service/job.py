@@ -157,6 +157,7 @@ def run_cycle(
     *,
     interval: float = DEFAULT_INTERVAL,
     estimate: Callable[[Snapshot], Any] | None = None,
+    observe: Callable[[CycleReport, Any, Any], None] | None = None,
 ) -> CycleReport:
     """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
 
@@ -176,6 +177,9 @@ def run_cycle(
         The refresh interval, published so readers can tell stale figures.
     estimate : callable, optional
         ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
+    observe : callable, optional
+        ``observe(report, snapshot, estimates)`` after the cycle (metrics);
+        its failure is logged and changes nothing.
 
     Returns
     -------
@@ -193,6 +197,7 @@ def run_cycle(
     estimate = _default_estimate if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
+    snapshot = estimates = None
     stage = "load"
     try:
         t0 = time.perf_counter()
@@ -220,6 +225,11 @@ def run_cycle(
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
     (log.info if report.ok else log.warning)(report.line())
+    if observe is not None:
+        try:
+            observe(report, snapshot, estimates)
+        except Exception:  # noqa: BLE001 - metrics never fail a cycle
+            log.debug("observing the cycle failed", exc_info=True)
     return report
 
 
@@ -246,6 +256,7 @@ def run_service(
     clock: Callable[[], float] = time.time,
     stop: threading.Event | None = None,
     install_signals: bool = True,
+    observe: Callable[[CycleReport, Any, Any], None] | None = None,
 ) -> None:
     """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -286,7 +297,7 @@ def run_service(
         "interval",
         seconds=interval,
         args=(load, store, clock),
-        kwargs={"interval": interval},
+        kwargs={"interval": interval, "observe": observe},
         id="vecsched-cycle",
         max_instances=1,
         coalesce=True,
