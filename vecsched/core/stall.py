@@ -192,12 +192,15 @@ def stall(
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
         first = np.full(len(rows), -1, np.int64)
         first[row_of[::-1]] = looked[::-1]
-        member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
+        if len(ev.d_time) or len(ev.c_time):
+            member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
+        else:  # no history: no worker's membership matters
+            member = np.zeros((len(rows), 1), bool)
         takeable = unpack_words(elig.takeable[rows], elig.n_signatures) if elig.takeable is not None else None
         owners = snapshot.requests.user_id[rq.index]
         context = _Context(now, rq, start, middle, unit, position, elig.signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
-        for block_rows, block_requests in _blocks(row_of, looked, member, ev):
+        for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
@@ -217,16 +220,17 @@ def stall(
     return out
 
 
-def _blocks(row_of: np.ndarray, looked: np.ndarray, member: np.ndarray, ev: Events):
+def _blocks(row_of: np.ndarray, looked: np.ndarray, member: np.ndarray, ev: Events, rq: RequestArrays):
     """Rows in blocks of about :data:`PAIRS_PER_BLOCK` (request, event) pairs, with their requests.
 
-    Yields (row positions, (request CSR offsets, requests in row order)).
+    Yields (row positions, (request CSR offsets, requests by row, then
+    priority, then creation)).
     """
     per_worker = np.bincount(ev.d_worker, minlength=member.shape[1]) + np.bincount(
         ev.c_worker, minlength=member.shape[1]
     )
     events_per_row = member.astype(np.float64) @ per_worker
-    order = np.argsort(row_of, kind="stable")
+    order = np.lexsort((rq.created[looked], rq.priority[looked], row_of))
     requests_per_row = np.bincount(row_of, minlength=len(member))
     # A row costs its (request, event) pairs and its row of the incidence matrices.
     cost = events_per_row * requests_per_row + len(ev.d_time) + len(ev.c_time) + 1
@@ -235,6 +239,14 @@ def _blocks(row_of: np.ndarray, looked: np.ndarray, member: np.ndarray, ev: Even
     offsets = np.r_[0, np.cumsum(requests_per_row)]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         yield np.arange(lo, hi), (offsets[lo : hi + 1] - offsets[lo], looked[order[offsets[lo] : offsets[hi]]])
+
+
+def _expand_ranges(lo: np.ndarray, hi: np.ndarray, item: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(request, item) pairs: ``requests[lo[i]:hi[i]]`` with ``item[i]``, for every i."""
+    sizes = np.maximum(hi - lo, 0)
+    total = int(sizes.sum())
+    base = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    return requests[base + np.arange(total)], np.repeat(item, sizes)
 
 
 def _expand(incidence: np.ndarray, offsets: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,6 +266,10 @@ class _Context:
         self.position, self.signature, self.ev = position, signature, ev
         self.arrived = np.flatnonzero((rq.created >= now - WINDOW_SECONDS) & (rq.created <= now))
         self.arrived_work = (rq.n[self.arrived] * unit[self.arrived]).astype(np.float64)
+        prio_values, self.prio_rank = np.unique(rq.priority, return_inverse=True)
+        created_values, self.created_rank = np.unique(rq.created, return_inverse=True)
+        self.n_prio, self.n_created = len(prio_values) + 1, len(created_values) + 1
+        self.prio_rank, self.created_rank = self.prio_rank.ravel(), self.created_rank.ravel()
         # Owners and priority-pass users as codes of one vocabulary.
         codes, vocabulary = pd.factorize(np.concatenate([owners, ev.d_users["user"].to_numpy()]).astype(object))
         self.owner_code = codes[: len(owners)].astype(np.int64)
@@ -311,8 +327,28 @@ class _Context:
 
     def _arrivals(self, takeable, offsets, reqs) -> None:
         rq, arrived = self.rq, self.arrived
-        signature = self.signature[arrived]
-        k, j = _expand(takeable[:, signature], offsets, reqs)
+        # j can be ahead of k and created no earlier than k's window only with a
+        # higher priority, or the same priority and creation time. Rows hold
+        # their requests by priority and creation, so the first kind is a
+        # leading range of the row; the second is a join on (priority, created).
+        row_local = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        prio = self.prio_rank[reqs]
+        row_min = prio[offsets[:-1]]
+        a_prio = self.prio_rank[arrived]
+        above = np.flatnonzero(a_prio > row_min.min()) if len(row_min) else np.zeros(0, np.int64)
+        r, j = np.nonzero(takeable[:, self.signature[arrived[above]]] & (a_prio[above][None, :] > row_min[:, None]))
+        j = above[j]
+        keys = (row_local * self.n_prio + prio) * self.n_created
+        less = np.searchsorted(keys, (r * self.n_prio + a_prio[j]) * self.n_created, "left")
+        k1, j1 = _expand_ranges(offsets[r], less, j, reqs)
+        same = self.prio_rank * self.n_created + self.created_rank
+        by_key = np.argsort(same[arrived], kind="stable")
+        sorted_keys = same[arrived][by_key]
+        lo = np.searchsorted(sorted_keys, same[reqs], "left")
+        hi = np.searchsorted(sorted_keys, same[reqs], "right")
+        j2, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
+        takes = takeable[row_local[q], self.signature[arrived[j2]]]
+        k, j = np.r_[k1, reqs[q[takes]]], np.r_[j1, j2[takes]]
         created = rq.created[arrived[j]]
         keep = (created >= self.start[k]) & (self.position[arrived[j]] < self.position[k])
         k, j, created = k[keep], j[keep], created[keep]
