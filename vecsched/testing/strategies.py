@@ -503,7 +503,7 @@ def histories(draw: st.DrawFn, horde: dict[str, Any], now: datetime = NOW) -> di
         if draw(st.booleans()):
             back = draw(_choice((0, 1, 50, 149.9, 150, 299, 350)))
             returns.append({"dispatch_id": d["dispatch_id"], "worker_id": w["id"], "returned_at": iso(-back, now)})
-    if draw(st.integers(0, 5)) == 0 and workers_:
+    if draw(st.integers(0, 2)) == 0 and workers_:
         w = draw(_choice(workers_))  # a return whose dispatch is unknown
         returns.append({"dispatch_id": "lost", "worker_id": w["id"], "returned_at": iso(-draw(_choice((5, 200))), now)})
     # A return in the window names its dispatch once; later duplicates are rejected rows.
