@@ -196,9 +196,11 @@ def stall(
             member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
         else:  # no history: no worker's membership matters
             member = np.zeros((len(rows), 1), bool)
-        takeable = unpack_words(elig.takeable[rows], elig.n_signatures) if elig.takeable is not None else None
+        takes = elig.competition
+        takeable = unpack_words(takes.takeable[rows], takes.n_signatures) if takes is not None else None
         owners = snapshot.requests.user_id[rq.index]
-        context = _Context(now, rq, start, middle, unit, position, elig.signature, owners, ev)
+        signature = takes.signature if takes is not None else None
+        context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
