@@ -154,15 +154,15 @@ def build_estimates(now: float, ids: list[str], **fields: object) -> "object":
         "gentype": 0, "eligible_workers": 2, "eligible_worker_threads": 4, "is_possible": True,
         "queue_position": 1, "wait_time": 12.4, "ahead_wait": 6.0, "horde_queue_position": 3,
         "horde_wait_time": 30.0, "fallback": False, "waiting": 1, "processing": 0,
-        "finished": 0, "restarted": 0,
+        "finished": 0, "restarted": 0, "might_stall": False, "stall_evidence": -1,
     }
     columns = {}
     for name in FIELDS:
-        value = fields.get(name, defaults[name])
+        value = fields.get(name, defaults.get(name, 0))
         arr = np.asarray(value if isinstance(value, (list, tuple, np.ndarray)) else [value] * n)
         if name in FLOAT_FIELDS:
             arr = arr.astype(np.float64)
-        elif name in ("is_possible", "fallback"):
+        elif name in ("is_possible", "fallback", "might_stall"):
             arr = arr.astype(bool)
         elif name == "gentype":
             arr = arr.astype(np.int8)

@@ -26,7 +26,7 @@ LOCAL = {"vecsched", "benchmarks", "tests", "conftest"}
 # Which declared parts a fresh install of each folder has: the package alone (plus the
 # driver extra it names in its errors), the benchmarks with `bench`, tests and notebooks with `test`.
 WHERE = {
-    "vecsched": ("postgres",),
+    "vecsched": ("postgres", "prometheus"),  # prometheus: imported lazily by run --metrics prometheus
     "benchmarks": ("bench",),
     "tests": ("test",),
     "notebooks": ("test",),

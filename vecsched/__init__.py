@@ -13,8 +13,8 @@ Examples
 >>> from vecsched import synthetic
 >>> est = vecsched.estimate(synthetic.horde(workers=20, requests=200, seed=1))
 >>> frame = est.to_frame()
->>> sorted(frame.columns)[:3]
-['ahead_wait', 'eligible_worker_threads', 'eligible_workers']
+>>> list(frame.columns[:3])
+['gentype', 'eligible_workers', 'eligible_worker_threads']
 """
 
 from __future__ import annotations

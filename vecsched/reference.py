@@ -664,3 +664,177 @@ def estimate_reference(snapshot: Any, eligible_image_wait: bool = False) -> pd.D
             data[name] = pd.Series(values, dtype="bool").to_numpy()
     index = pd.Index(pd.Series(ids, dtype=object), name="id")
     return pd.DataFrame(data, index=index)
+
+
+# -- might_stall (SPEC section 7) -----------------------------------------------------------
+
+STALL_WINDOW_SECONDS = 300.0
+STALL_MIN_WINDOW_SECONDS = 120.0
+STALL_FIELDS = (
+    "might_stall",
+    "stall_evidence",
+    "dispatch_opportunities",
+    "lost_opportunities",
+    "returned_capacity",
+    "active_preceding_dispatches",
+    "arriving_work",
+    "returned_work",
+)
+
+
+def job_work(request: Mapping[str, Any]) -> float:
+    """Work of one job in section 7's units: tokens (text), megapixel-steps (image)."""
+    if request["gentype"] == "text":
+        return float(request["max_length"])
+    return job_output(request) / 1e6
+
+
+def _event_rows(snapshot: Any, table: str) -> list[dict[str, Any]]:
+    columns = getattr(snapshot, table).columns
+    names = [n for n in columns if n != "id"]
+    values = [columns[n].tolist() for n in names]
+    return [dict(zip(names, row)) for row in zip(*values)]
+
+
+def _precedes(dispatch: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Was ``dispatch`` given to work placed before ``request``?"""
+    if dispatch["selected_from_priority_queue"] and request["user_id"] not in dispatch["priority_user_ids"]:
+        return True
+    if dispatch["request_extra_priority"] != request["extra_priority"]:
+        return dispatch["request_extra_priority"] > request["extra_priority"]
+    return dispatch["request_created"] < request["created"]
+
+
+def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) -> dict[str, Any]:
+    """might_stall, its evidence and the pressure figures of one waiting request (SPEC section 7).
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+    ...     "now": "2026-11-29T12:00:00Z", "workers": [],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z"}]})
+    >>> stall_one(snap, "r1")["stall_evidence"]
+    'none_eligible'
+    """
+    p = prepared if prepared is not None else prepare(snapshot)
+    i = p.request_by_id[request_id]
+    figures: dict[str, Any] = {
+        "might_stall": False,
+        "stall_evidence": None,
+        "dispatch_opportunities": 0,
+        "lost_opportunities": 0,
+        "returned_capacity": 0,
+        "active_preceding_dispatches": 0,
+        "arriving_work": 0.0,
+        "returned_work": 0.0,
+        "_halves": ((0.0, 0.0), (0.0, 0.0)),
+    }
+    # Only while the request waits with nothing in flight.
+    if any(job["state"] == "processing" for job in p.jobs_by_request.get(request_id, [])):
+        return figures
+    eligible = [w for w in p.workers if is_eligible(w, i, p.ctx)]
+    in_a = {w["id"]: w for w in eligible}
+    threads = sum(int(w["threads"]) for w in eligible)
+    start = max(i["created"], p.now - STALL_WINDOW_SECONDS)
+    middle = start + (p.now - start) / 2
+
+    def half(t: float) -> int | None:
+        if start <= t < middle:
+            return 0
+        if middle <= t <= p.now:
+            return 1
+        return None
+
+    dispatches = _event_rows(snapshot, "dispatches")
+    returns = _event_rows(snapshot, "capacity_returns")
+    dispatch_by_id = {d["dispatch_id"]: d for d in dispatches}
+    returned_ids = {c["dispatch_id"] for c in returns}
+
+    # Relevant dispatches: in the window, by a worker of A(i) in the capability
+    # state it popped in, for another request.
+    relevant = [
+        d for d in dispatches
+        if half(d["dispatched_at"]) is not None
+        and d["worker_id"] in in_a
+        and d["worker_state"] == in_a[d["worker_id"]]["state"]
+        and d["request_id"] != request_id
+    ]
+    preceding = [d for d in relevant if _precedes(d, i)]
+    active_preceding = [d for d in preceding if d["dispatch_id"] not in returned_ids]
+
+    in_window = [c for c in returns if half(c["returned_at"]) is not None and c["worker_id"] in in_a]
+    matched = [c for c in in_window if c["dispatch_id"] in dispatch_by_id]
+    incomplete = len(matched) < len(in_window)
+    returns_per_half = [0, 0]
+    returned_work = [0.0, 0.0]
+    for c in matched:
+        h = half(c["returned_at"])
+        returns_per_half[h] += 1
+        returned_work[h] += dispatch_by_id[c["dispatch_id"]]["assigned_work"]
+
+    arriving = [0.0, 0.0]
+    for j in p.waiting:
+        h = half(j["created"])
+        if (
+            j["gentype"] == i["gentype"]
+            and h is not None
+            and queue_key(j) < queue_key(i)
+            and any(could_take(w, j) for w in eligible)
+        ):
+            arriving[h] += int(j["n"]) * job_work(j)
+    for d in preceding:
+        h = half(d["request_created"])
+        if d["request_created"] > i["created"] and h is not None:
+            arriving[h] += d["assigned_work"]
+
+    figures.update(
+        dispatch_opportunities=len(relevant),
+        lost_opportunities=len(preceding),
+        returned_capacity=len(matched),
+        active_preceding_dispatches=len(active_preceding),
+        arriving_work=arriving[0] + arriving[1],
+        returned_work=returned_work[0] + returned_work[1],
+    )
+    if threads == 0:
+        evidence = "none_eligible"
+    elif p.now - start < STALL_MIN_WINDOW_SECONDS:
+        evidence = "insufficient_window"
+    elif incomplete:
+        evidence = "incomplete_return_history"
+    elif min(returns_per_half) < threads:
+        evidence = "insufficient_replacement"
+    elif not relevant or len(preceding) < len(relevant):
+        evidence = "target_opportunity_seen"
+    elif len(active_preceding) < threads:
+        evidence = "compatible_capacity_returning"
+    elif any(arriving[h] <= returned_work[h] for h in (0, 1)):
+        evidence = "preceding_arrivals_not_outpacing_drain"
+    else:
+        evidence = "arrival_outpaces_drain"
+    figures["stall_evidence"] = evidence
+    figures["might_stall"] = evidence == "arrival_outpaces_drain"
+    # The halves, for tests that need to tell a tie from a strict comparison.
+    figures["_halves"] = (tuple(arriving), tuple(returned_work))
+    return figures
+
+
+def stall_reference(snapshot: Any) -> pd.DataFrame:
+    """Section 7 for every waiting request, one at a time; indexed by request id.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+    ...     "now": "2026-11-29T12:00:00Z", "workers": [], "requests": []})
+    >>> list(stall_reference(snap).columns) == list(STALL_FIELDS) + ["_halves"]
+    True
+    """
+    p = prepare(snapshot)
+    ids = [r["id"] for r in p.requests if is_waiting(r, p.now)]
+    rows = [stall_one(snapshot, rid, p) for rid in ids]
+    names = list(STALL_FIELDS) + ["_halves"]
+    index = pd.Index(pd.Series(ids, dtype=object), name="id")
+    return pd.DataFrame({name: pd.Series([row[name] for row in rows], dtype=object, index=index) for name in names})

@@ -50,6 +50,24 @@ def test_fields_and_types(redis_store, make_estimates) -> None:
     assert b["is_possible"] is False and b["queue_position"] == 0
 
 
+def test_might_stall_only_while_work_waits_and_nothing_processes(sql_store, make_estimates) -> None:
+    from vecsched.core.stall import EVIDENCE
+
+    est = make_estimates(100.0, ["flag", "clear", "busy"], might_stall=[True, False, False],
+                         stall_evidence=[EVIDENCE.index("arrival_outpaces_drain"), 0, -1], processing=[0, 0, 1])
+    _publish(sql_store, est, 100.0)
+    assert status("flag", store=sql_store, now=101.0)["might_stall"] is True
+    assert status("clear", store=sql_store, now=101.0)["might_stall"] is False
+    assert "might_stall" not in status("busy", store=sql_store, now=101.0)  # evidence null: processing
+    # Live progress: a job started since the cycle, or the request is done.
+    assert "might_stall" not in status("flag", store=sql_store, now=101.0, progress={"processing": 1})
+    assert "might_stall" not in status("flag", store=sql_store, now=101.0, progress={"done": True})
+    # A payload from before section 7 (version 1) has no might_stall: omitted, not invented.
+    sql_store.publish(Cycle(102.0, 5.0, ["old"], ["[1,102.0,0,3,6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]"]))
+    old = status("old", store=sql_store, now=103.0)
+    assert "might_stall" not in old and old["queue_position"] == 2
+
+
 def test_stale_and_unknown(redis_store, make_estimates) -> None:
     assert status("x", store=redis_store) == {"unknown": True}
     _publish(redis_store, make_estimates(100.0, ["a"]), 100.0, interval=5.0)
@@ -94,6 +112,10 @@ def _check_against_estimate(store, snapshot_path, now) -> int:
         for name in ("eligible_workers", "eligible_worker_threads", "waiting", "processing",
                      "finished", "restarted"):
             assert got[name] == int(getattr(row, name)), name
+        if int(row.processing) == 0:
+            assert got["might_stall"] == bool(row.might_stall)
+        else:
+            assert "might_stall" not in got
     # requests that are not waiting read faulted, done or unknown, never a queue position
     r = snap.requests
     kinds = {rid: "faulted" if f else "done" if not a else "unknown"

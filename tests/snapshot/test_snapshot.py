@@ -37,7 +37,10 @@ HAND_MADE: dict[str, Any] = {
     "jobs": [{"id": "j1", "request_id": "r1", "worker_id": "ghost", "started": "2026-11-29T11:59:00Z",
               "state": "faulted"}],
     "excluded_pairs": [["w1", "r1"], ["ghost", "r2"]],
-    "dispatches": [{"dispatch_id": "d1", "worker_id": "w1", "assigned_work": 80}],
+    "dispatches": [{"dispatch_id": "d1", "worker_id": "w1", "worker_state": "s1", "request_id": "r0",
+                    "request_created": "2026-11-29T11:57:00Z", "request_extra_priority": 2,
+                    "selected_from_priority_queue": True, "priority_user_ids": ["c", "x"],
+                    "dispatched_at": "2026-11-29T11:58:30Z", "assigned_work": 80.0}],
     "capacity_returns": [{"dispatch_id": "d1", "worker_id": "w1", "returned_at": "2026-11-29T11:59:10Z"}],
 }
 

@@ -22,6 +22,7 @@ from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCE
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
+from vecsched.core.stall import stall, stall_columns
 from vecsched.core.threads import blas_threads
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
@@ -72,7 +73,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
             continue
         aware = gentype == TEXT or options.eligible_image_wait
         with stages("eligibility"):
-            elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), aware)
+            # might_stall needs what each group could take, image included.
+            elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), True)
         groups.update(
             {
                 f"{name}_request_groups": elig.n_groups,
@@ -83,6 +85,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         columns["eligible_workers"][mine] = elig.workers
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
+        with stages("stall"):
+            _stall(columns, batch, snapshot, gentype, mine, elig)
         if not aware:
             _use_horde_figures(columns, mine)
             continue
@@ -155,6 +159,7 @@ def _empty_columns(batch: _Batch) -> dict[str, np.ndarray]:
         "horde_wait_time": np.full(n, np.nan),
         "fallback": np.zeros(n, dtype=bool),
         **batch.progress,
+        **stall_columns(n),
     }
 
 
@@ -179,6 +184,19 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size:
         vocabulary_size,
         with_competition=aware,
     )
+
+
+def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
+           elig: Eligibility) -> None:
+    """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
+    in_mine = np.full(len(batch.queue.index), -1, dtype=np.int64)
+    in_mine[mine] = np.arange(len(mine))
+    ex_w, ex_r = batch.excluded
+    sel = np.isin(ex_r, mine)
+    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
+                     batch.progress["processing"][mine], (ex_w[sel], in_mine[ex_r[sel]]), len(snapshot.model_names))
+    for name, values in pressure.items():
+        columns[name][mine] = values
 
 
 @dataclass(frozen=True)

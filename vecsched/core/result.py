@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core.arrays import WorkerArrays
+from vecsched.core.stall import EVIDENCE, evidence_names
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.snapshot.times import iso
 
@@ -28,9 +29,15 @@ INT_FIELDS = (
     "processing",
     "finished",
     "restarted",
+    "dispatch_opportunities",
+    "lost_opportunities",
+    "returned_capacity",
+    "active_preceding_dispatches",
 )
-FLOAT_FIELDS = ("wait_time", "ahead_wait", "horde_wait_time")
-BOOL_FIELDS = ("is_possible", "fallback")
+FLOAT_FIELDS = ("wait_time", "ahead_wait", "horde_wait_time", "arriving_work", "returned_work")
+BOOL_FIELDS = ("is_possible", "fallback", "might_stall")
+# An int8 code into vecsched.core.stall.EVIDENCE, -1 for null; a string or null in the document.
+EVIDENCE_FIELDS = ("stall_evidence",)
 FIELDS = (
     "gentype",
     "eligible_workers",
@@ -46,6 +53,14 @@ FIELDS = (
     "processing",
     "finished",
     "restarted",
+    "might_stall",
+    "stall_evidence",
+    "dispatch_opportunities",
+    "lost_opportunities",
+    "returned_capacity",
+    "active_preceding_dispatches",
+    "arriving_work",
+    "returned_work",
 )
 
 
@@ -170,6 +185,8 @@ class Estimates:
             values = self.columns[name]
             if name == "gentype":
                 values = pd.Categorical.from_codes(values.astype(np.int64), categories=list(GENTYPES))
+            elif name in EVIDENCE_FIELDS:
+                values = pd.Categorical.from_codes(values.astype(np.int64), categories=list(EVIDENCE))
             data[name] = values
         return pd.DataFrame(data, index=pd.Index(self.request_id, name="id"))
 
@@ -183,6 +200,8 @@ class Estimates:
                 cols.append([GENTYPES[g] for g in values.tolist()])
             elif name in FLOAT_FIELDS:
                 cols.append([None if math.isnan(v) else v for v in values.tolist()])
+            elif name in EVIDENCE_FIELDS:
+                cols.append(evidence_names(values))
             else:
                 cols.append(values.tolist())
         estimates = {

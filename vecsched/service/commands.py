@@ -94,6 +94,9 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                         "(default: $VECSCHED_ELIGIBLE_IMAGE_WAIT, else off)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log threshold")
+    p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
+                   help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
+    p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
     common(p)
     p.set_defaults(func=_run)
 
@@ -295,13 +298,22 @@ def _run(args: argparse.Namespace) -> int:
             "demo: a simulated horde lives in %s (--no-demo turns it off)", url)
     store = _store(args)
     figures = partial(estimate, eligible_image_wait=args.eligible_image_wait)
-    if args.once:
-        report = run_cycle(loader, store, time.time, interval=args.interval, estimate=figures)
-        if report.ok:
-            logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
-        return 0 if report.ok else 1
-    run_service(loader, store, interval=args.interval, estimate=figures)
-    return 0
+    from vecsched.service.metrics import CycleMetrics, setup_metrics
+
+    provider = setup_metrics(args.metrics, port=args.metrics_port)
+    observe = CycleMetrics().observer(args.interval) if provider is not None else None
+    try:
+        if args.once:
+            report = run_cycle(loader, store, time.time, interval=args.interval, estimate=figures,
+                               observe=observe)
+            if report.ok:
+                logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
+            return 0 if report.ok else 1
+        run_service(loader, store, interval=args.interval, estimate=figures, observe=observe)
+        return 0
+    finally:
+        if provider is not None:
+            provider.shutdown()  # the console exporter prints the last export here
 
 
 def _prepare(args: argparse.Namespace, url: str) -> Any:

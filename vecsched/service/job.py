@@ -143,7 +143,27 @@ class SQLLoader:
         """
         from vecsched.service.sql import load_horde
 
-        return load_horde(self.engine, now)
+        snapshot = load_horde(self.engine, now)
+        self._prune(now)
+        return snapshot
+
+    PRUNE_EVERY = 60.0
+    _pruned_at = float("-inf")
+
+    def _prune(self, now: float) -> None:
+        """Keep the event tables bounded: drop rows no cycle can need, once a minute.
+
+        Pruning is housekeeping: its failure is logged and never fails the cycle.
+        """
+        if now - self._pruned_at < self.PRUNE_EVERY:
+            return
+        from vecsched.service.sql.events import prune_events
+
+        try:
+            prune_events(self.engine, now)
+            self._pruned_at = now
+        except Exception as exc:  # noqa: BLE001 - the next cycle tries again
+            log.warning("pruning the event tables failed: %s", type(exc).__name__)
 
 
 def run_cycle(
@@ -153,6 +173,7 @@ def run_cycle(
     *,
     interval: float = DEFAULT_INTERVAL,
     estimate: Callable[[Snapshot], Any] | None = None,
+    observe: Callable[[CycleReport, Any, Any], None] | None = None,
 ) -> CycleReport:
     """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
 
@@ -172,6 +193,9 @@ def run_cycle(
         The refresh interval, published so readers can tell stale figures.
     estimate : callable, optional
         ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
+    observe : callable, optional
+        ``observe(report, snapshot, estimates)`` after the cycle (metrics);
+        its failure is logged and changes nothing.
 
     Returns
     -------
@@ -189,6 +213,7 @@ def run_cycle(
     estimate = estimate_snapshot if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
+    snapshot = estimates = None
     stage = "load"
     try:
         t0 = time.perf_counter()
@@ -222,6 +247,11 @@ def run_cycle(
     (log.info if report.ok else log.warning)(report.line())
     if report.ok:
         _warn_if_empty(estimates, report)
+    if observe is not None:
+        try:
+            observe(report, snapshot, estimates)
+        except Exception:  # noqa: BLE001 - metrics never fail a cycle
+            log.debug("observing the cycle failed", exc_info=True)
     return report
 
 
@@ -337,6 +367,7 @@ def run_service(
     stop: threading.Event | None = None,
     install_signals: bool = True,
     estimate: Callable[[Snapshot], Any] | None = None,
+    observe: Callable[[CycleReport, Any, Any], None] | None = None,
 ) -> None:
     """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -375,7 +406,7 @@ def run_service(
     stop = threading.Event() if stop is None else stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        _CycleWithHint(interval=interval, estimate=estimate),
+        _CycleWithHint(interval=interval, estimate=estimate, observe=observe),
         "interval",
         seconds=interval,
         args=(load, store, clock),

@@ -12,10 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from vecsched.core.result import BOOL_FIELDS, FIELDS, INT_FIELDS
+from vecsched.core.result import BOOL_FIELDS, EVIDENCE_FIELDS, FIELDS, FLOAT_FIELDS, INT_FIELDS
+from vecsched.core.stall import EVIDENCE
 from vecsched.snapshot.schema import GENTYPES
 
-PAYLOAD_VERSION = 1
+# 2: section 7 (might_stall, stall_evidence as its code, -1 for null, and the
+# pressure figures) appended; a version-1 payload decodes to the fields it has.
+PAYLOAD_VERSION = 2
 
 # A payload is the estimate's fields (vecsched.core.result.FIELDS) behind a
 # version and the cycle time; bump PAYLOAD_VERSION when FIELDS change.
@@ -25,7 +28,7 @@ _INT = INT_FIELDS
 
 _BOOL = BOOL_FIELDS
 
-_FLOAT = ("wait_time", "ahead_wait", "horde_wait_time")
+_FLOAT = FLOAT_FIELDS
 
 
 def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[str]]:
@@ -57,12 +60,14 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
     >>> cols.update({f: np.zeros(1, dtype=bool) for f in _BOOL})
     >>> cols.update({f: np.array([np.nan]) for f in _FLOAT})
     >>> cols["gentype"] = np.zeros(1, dtype=np.int8)
+    >>> cols["stall_evidence"] = np.full(1, -1, dtype=np.int8)
     >>> est = SimpleNamespace(request_id=np.array(["r1"], dtype=object), columns=cols)
     >>> ids, payloads = encode_payloads(est, 1700000000.0)
     >>> payloads[0]
-    '[1,1700000000.0,0,0,0,0,0,null,null,0,null,0,0,0,0,0]'
-    >>> decode_payload(payloads[0])["wait_time"] is None
-    True
+    '[2,1700000000.0,0,0,0,0,0,null,null,0,null,0,0,0,0,0,0,-1,0,0,0,0,null,null]'
+    >>> got = decode_payload(payloads[0])
+    >>> got["wait_time"] is None, got["stall_evidence"] is None, got["might_stall"]
+    (True, True, False)
     """
     cols = estimates.columns
     # map() calls str from C: no interpreter step per request.
@@ -207,6 +212,11 @@ def decode_payload(payload: str | bytes) -> dict[str, Any]:
     values = json.loads(payload)
     out = dict(zip(PAYLOAD_FIELDS, values))
     out["gentype"] = GENTYPES[out["gentype"]]
+    # An older payload holds a prefix of the fields: what it lacks stays absent.
     for name in _BOOL:
-        out[name] = bool(out[name])
+        if name in out:
+            out[name] = bool(out[name])
+    for name in EVIDENCE_FIELDS:
+        if name in out:
+            out[name] = None if out[name] < 0 else EVIDENCE[out[name]]
     return out

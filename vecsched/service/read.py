@@ -146,6 +146,10 @@ def status(
             out["done"] = False
             if figures["ahead_wait"] is not None:
                 out["ahead_wait"] = float(figures["ahead_wait"])
+            # Section 7: only while work waits and none of it is processing
+            # (the evidence is null otherwise); absent from older payloads.
+            if figures.get("stall_evidence") is not None:
+                out["might_stall"] = figures["might_stall"]
         out["stale"] = stale
         out["cycle_time"] = iso(reading.time)
     if progress:
@@ -171,12 +175,14 @@ def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
             out[name] = bool(value) if name in ("done", "faulted") else int(value)
     if out.get("processing", 0) > 0:
         # SPEC section 4: a job in flight makes the request possible, whatever
-        # the eligible counts say.
+        # the eligible counts say; and might_stall holds only while nothing is processing.
         out["is_possible"] = True
+        out.pop("might_stall", None)
     if out.get("done"):
         out["queue_position"] = 0
         out["wait_time"] = 0
         out.pop("ahead_wait", None)
+        out.pop("might_stall", None)
         out.pop("unknown", None)
 
 

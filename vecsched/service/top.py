@@ -100,6 +100,11 @@ def top_frame(payloads: dict[str, str], *, gentype: str | None = None, limit: in
     records = [dict(decode_payload(p), id=rid) for rid, p in payloads.items() if not p.startswith("{")]
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=["id", *COLUMNS])
     frame = frame.set_index("id")
+    if "stall_evidence" in frame.columns:
+        # might_stall holds only while work waits with nothing processing (evidence not null).
+        frame["might_stall"] = frame["might_stall"].astype(object).where(frame["stall_evidence"].notna(), None)
+        if frame["might_stall"].isna().all():
+            frame = frame.drop(columns="might_stall")
     if gentype is not None:
         frame = frame[frame["gentype"] == gentype]
     frame = frame.sort_values("wait_time", ascending=False, na_position="last", kind="stable")

@@ -147,11 +147,37 @@ JOB_COLUMNS: tuple[Column, ...] = (
     _c("state", "enum", "processing", choices=JOB_STATES),
 )
 
+# Scheduling events (SPEC section 7). Their key is ``dispatch_id``: a dispatch
+# happens once and returns its capacity at most once.
+DISPATCH_COLUMNS: tuple[Column, ...] = (
+    _c("dispatch_id", "str"),
+    _c("worker_id", "str"),
+    _c("worker_state", "str", ""),
+    _c("request_id", "str"),
+    _c("request_created", "time"),
+    _c("request_extra_priority", "int", 0),
+    _c("selected_from_priority_queue", "bool", False),
+    _c("priority_user_ids", "str_list", ()),
+    _c("dispatched_at", "time"),
+    _c("assigned_work", "float", minimum=0.0),
+)
+
+CAPACITY_RETURN_COLUMNS: tuple[Column, ...] = (
+    _c("dispatch_id", "str"),
+    _c("worker_id", "str"),
+    _c("returned_at", "time"),
+)
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "workers": WORKER_COLUMNS,
     "requests": REQUEST_COLUMNS,
     "jobs": JOB_COLUMNS,
+    "dispatches": DISPATCH_COLUMNS,
+    "capacity_returns": CAPACITY_RETURN_COLUMNS,
 }
+
+# The column that identifies a row (in errors, and for duplicates) where it is not ``id``.
+KEY_COLUMNS: dict[str, str] = {"dispatches": "dispatch_id", "capacity_returns": "dispatch_id"}
 
 
 @dataclass(frozen=True)
@@ -183,8 +209,8 @@ def validate_columns(
     source of rows shares.
     """
     spec = TABLES[table]
-    n = len(columns["id"])
-    ids = columns["id"]
+    ids = columns[KEY_COLUMNS.get(table, "id")]
+    n = len(ids)
     bad = np.zeros(n, dtype=bool)
 
     def reject(mask: np.ndarray, field: str, message: str) -> None:
@@ -225,7 +251,8 @@ def validate_columns(
         elif col.kind == "time":
             reject(~np.isfinite(values), col.name, "must be a time")
 
-    # A repeated id would make two rows answer for one request: keep the first.
+    # A repeated id would make two rows answer for one request (or one
+    # dispatch return twice): keep the first.
     first = np.zeros(n, dtype=bool)
     if n:
         import pandas as pd

@@ -22,6 +22,7 @@ import pandas as pd
 from vecsched.snapshot.cells import judge_cells, string_problems
 from vecsched.snapshot.lists import ListColumn
 from vecsched.snapshot.schema import (
+    KEY_COLUMNS,
     REQUIRED,
     TABLES,
     Column,
@@ -32,6 +33,8 @@ from vecsched.snapshot.times import iso, parse_times, to_epoch
 
 FORMAT = "vecsched.snapshot/1"
 _MISSING = object()
+EVENT_TABLES = ("dispatches", "capacity_returns")
+_ROW_TABLES = ("workers", "requests", "jobs") + EVENT_TABLES
 
 
 class SnapshotError(ValueError):
@@ -94,8 +97,8 @@ class Snapshot:
     jobs: Table
     excluded_pairs: Table
     model_names: np.ndarray
-    dispatches: tuple[dict[str, Any], ...] = ()
-    capacity_returns: tuple[dict[str, Any], ...] = ()
+    dispatches: Table = field(default_factory=lambda: _empty_events("dispatches"))
+    capacity_returns: Table = field(default_factory=lambda: _empty_events("capacity_returns"))
     rejected: tuple[RowError, ...] = field(default=())
 
     # -- construction -------------------------------------------------------------
@@ -107,15 +110,17 @@ class Snapshot:
         requests: Mapping[str, Any],
         jobs: Mapping[str, Any] | None = None,
         excluded_pairs: Mapping[str, Any] | None = None,
-        dispatches: Iterable[dict[str, Any]] = (),
-        capacity_returns: Iterable[dict[str, Any]] = (),
+        dispatches: Mapping[str, Any] | Iterable[dict[str, Any]] = (),
+        capacity_returns: Mapping[str, Any] | Iterable[dict[str, Any]] = (),
         rejected: Iterable[RowError] = (),
     ) -> "Snapshot":
         """Build a snapshot from typed columns (arrays, or lists for list columns).
 
         Columns follow SNAPSHOT_FORMAT.md; times are epoch seconds; a missing
         optional column takes its default. Value rules are checked here, bad
-        rows left out and reported in :attr:`rejected`.
+        rows left out and reported in :attr:`rejected`. ``dispatches`` and
+        ``capacity_returns`` are columns too, or a list of JSON-like objects
+        (times as ISO strings).
         """
         errors: list[RowError] = list(rejected)
         typed = {}
@@ -154,10 +159,37 @@ class Snapshot:
             jobs=tables["jobs"],
             excluded_pairs=pair_table,
             model_names=np.asarray(vocabulary, dtype=object),
-            dispatches=tuple(dispatches),
-            capacity_returns=tuple(capacity_returns),
             rejected=tuple(errors),
-        )
+        ).with_events(dispatches, capacity_returns)
+
+    def with_events(
+        self,
+        dispatches: Mapping[str, Any] | Iterable[dict[str, Any]],
+        capacity_returns: Mapping[str, Any] | Iterable[dict[str, Any]],
+    ) -> "Snapshot":
+        """This snapshot with other scheduling events (columns or JSON-like rows), checked like any.
+
+        Examples
+        --------
+        >>> import vecsched
+        >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+        ...     "now": "2026-11-29T12:00:00Z", "workers": [], "requests": []})
+        >>> more = snap.with_events({"dispatch_id": ["d1"], "worker_id": ["w"], "request_id": ["r"],
+        ...     "request_created": [0.0], "dispatched_at": [1.0], "assigned_work": [-1.0]}, {})
+        >>> len(more.dispatches), more.rejected[0].field
+        (0, 'assigned_work')
+        """
+        import dataclasses
+
+        errors = list(self.rejected)
+        tables = {}
+        for table, given in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
+            if isinstance(given, Mapping):
+                cols = _typed_columns(table, dict(given))
+            else:
+                cols = _typed_columns(table, columns_from_records(table, list(given), errors))
+            tables[table] = _checked_table(table, cols, errors)
+        return dataclasses.replace(self, rejected=tuple(errors), **tables)
 
     # -- views --------------------------------------------------------------------
     def model_lists(self, table: str) -> list[list[str]]:
@@ -191,7 +223,7 @@ class Snapshot:
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as a JSON-ready mapping in the interchange format."""
         out: dict[str, Any] = {"format": FORMAT, "now": iso(self.now)}
-        for table in ("workers", "requests", "jobs"):
+        for table in _ROW_TABLES:
             t: Table = getattr(self, table)
             cols: dict[str, list[Any]] = {}
             for col in TABLES[table]:
@@ -217,8 +249,6 @@ class Snapshot:
                 self.excluded_pairs.worker_id.tolist(), self.excluded_pairs.request_id.tolist()
             )
         ]
-        out["dispatches"] = list(self.dispatches)
-        out["capacity_returns"] = list(self.capacity_returns)
         return out
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -284,7 +314,7 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         raise SnapshotError(f"'now' must be an ISO 8601 time with a zone, got {_short(doc.get('now'))}") from None
     errors: list[RowError] = []
     columns = {}
-    for table in ("workers", "requests", "jobs"):
+    for table in _ROW_TABLES:
         rows = doc.get(table, [])
         if not isinstance(rows, list):
             raise SnapshotError(f"'{table}' must be a list of objects")
@@ -308,8 +338,8 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         columns["requests"],
         columns["jobs"],
         {"worker_id": [p[0] for p in good_pairs], "request_id": [p[1] for p in good_pairs]},
-        dispatches=_list_of_objects(doc, "dispatches"),
-        capacity_returns=_list_of_objects(doc, "capacity_returns"),
+        dispatches=columns["dispatches"],
+        capacity_returns=columns["capacity_returns"],
         rejected=errors,
     )
 
@@ -389,6 +419,21 @@ def _list_of_objects(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     return value
 
 
+def _checked_table(table: str, cols: dict[str, Any], errors: list[RowError]) -> Table:
+    """Validate typed columns of an event table; ``id`` aliases its key column."""
+    positions = cols.pop("__row__", None)
+    keep = validate_columns(table, cols, errors, positions)
+    for col in TABLES[table]:
+        if col.kind in ("int", "enum"):
+            cols[col.name] = cols[col.name].astype(col.dtype)
+    cols["id"] = cols[KEY_COLUMNS[table]]
+    return Table(table, cols) if keep.all() else Table(table, cols).take(keep)
+
+
+def _empty_events(table: str) -> Table:
+    return _checked_table(table, _typed_columns(table, {}), [])
+
+
 def columns_from_records(table: str, rows: list[Any], errors: list[RowError]) -> dict[str, Any]:
     """Typed columns from JSON objects; a row with a value of the wrong type is dropped."""
     spec = TABLES[table]
@@ -396,7 +441,7 @@ def columns_from_records(table: str, rows: list[Any], errors: list[RowError]) ->
     is_obj = [isinstance(r, dict) for r in rows]
     rows = [r if ok else {} for r, ok in zip(rows, is_obj)]
     bad = ~np.asarray(is_obj, dtype=bool) if n else np.zeros(0, dtype=bool)
-    raw_ids = [r.get("id") for r in rows]
+    raw_ids = [r.get(KEY_COLUMNS.get(table, "id")) for r in rows]
     for k in np.flatnonzero(bad):
         errors.append(RowError(table, int(k), None, "row", "must be a JSON object"))
 

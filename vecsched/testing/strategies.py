@@ -443,3 +443,104 @@ def _jobs_and_exclusions(
             st.lists(st.tuples(_choice(all_workers), _choice(all_requests)).map(list), max_size=4)
         )
     return job_rows, excluded
+
+
+# -- scheduling history (SPEC section 7) ------------------------------------------------------
+
+# Dispatch times, seconds before NOW: both halves of a full window, the midpoint
+# (now - 150) exactly, its edges, and times outside the 300 s window.
+DISPATCHED_AGO = (0, 10, 100, 149.5, 150, 200, 290, 300, 301, 400)
+WORK = (1.0, 40.0, 300.0, 1000.0, 5000.0)
+
+
+@st.composite
+def _dispatch(draw: st.DrawFn, did: str, worker: dict[str, Any], request_ids: Sequence[str],
+              pressure: bool, now: datetime) -> dict[str, Any]:
+    ago = draw(_choice(DISPATCHED_AGO))
+    # Under pressure, dispatches mostly serve higher-priority work created after
+    # any waiting request of the horde, in both halves.
+    created_ago = draw(_choice((0, 5, 100, 160, 250))) if pressure else draw(_choice(CREATED_AGO + (5, 160)))
+    return {
+        "dispatch_id": did,
+        "worker_id": worker["id"],
+        # Sometimes popped in a capability state the worker has since left.
+        "worker_state": worker.get("state", "") if pressure or draw(st.integers(0, 4)) else "old-state",
+        "request_id": draw(_choice(tuple(request_ids) + ("gone-r",))),
+        "request_created": iso(-max(ago, created_ago), now),
+        "request_extra_priority": draw(_choice((20,) * 7 + (-5,) if pressure else (0, 0, 10, -5, 20))),
+        "selected_from_priority_queue": draw(st.integers(0, 3)) == 0,
+        "priority_user_ids": draw(st.lists(_choice(USER_IDS), max_size=2, unique=True)),
+        "dispatched_at": iso(-ago, now),
+        "assigned_work": draw(_choice(WORK)),
+    }
+
+
+@st.composite
+def histories(draw: st.DrawFn, horde: dict[str, Any], now: datetime = NOW) -> dict[str, Any]:
+    """``horde`` with a drawn history of dispatches and capacity returns.
+
+    Two shapes. *Random*: a few dispatches and returns anywhere, by known and
+    unknown workers, in and out of the window, returns of unknown dispatches,
+    old capability states. *Pressure*: one thread per worker and, per worker,
+    two returned pops in each half of a full window plus pops still active, for
+    higher-priority work created recently; every later rule of section 7
+    (precedence, active pops, arrivals against returns) then decides, so every
+    evidence value is reached.
+    """
+    pressure = bool(horde["workers"]) and draw(st.booleans())
+    workers_ = horde["workers"]
+    for w in workers_:
+        w["state"] = draw(_choice(("", "", "s1")))
+        if pressure:
+            w["threads"] = 1
+    request_ids = [r["id"] for r in horde["requests"]]
+    dispatches: list[dict[str, Any]] = []
+    returns: list[dict[str, Any]] = []
+    seq = iter(range(10_000))
+    ghost = {"id": "ghost-w", "state": ""}
+    if pressure and draw(st.booleans()):
+        for r in horde["requests"]:  # a backlog older than the window
+            r["created"] = iso(-900, now)
+    if pressure and draw(st.booleans()):
+        # Open gates, so that most requests have eligible workers to weigh.
+        for r in horde["requests"]:
+            r.update(models=[], worker_ids=[], nsfw=False, trusted_workers=False, slow_workers=True)
+        for w in workers_:
+            w.update(paused=False, maintenance=False, last_check_in=iso(0, now))
+    if pressure:
+        for w in workers_:
+            for ago in (290, 200, 100, 10):  # two returns in each half
+                d = draw(_dispatch(f"d{next(seq)}", w, request_ids, True, now))
+                d["dispatched_at"] = iso(-min(ago + 5, 300), now)
+                dispatches.append(d)
+                returns.append({"dispatch_id": d["dispatch_id"], "worker_id": w["id"], "returned_at": iso(-ago, now)})
+            if draw(st.booleans()):
+                # A surge: big higher-priority pops, still active, for work created in each half.
+                for created_ago in (250, 5):
+                    d = draw(_dispatch(f"d{next(seq)}", w, request_ids, True, now))
+                    d.update(request_created=iso(-created_ago, now), dispatched_at=iso(-created_ago, now),
+                             request_extra_priority=20, assigned_work=WORK[-1] * 10)
+                    dispatches.append(d)
+            for _ in range(draw(st.integers(0, 2))):  # still active
+                dispatches.append(draw(_dispatch(f"d{next(seq)}", w, request_ids, True, now)))
+    for _ in range(draw(st.integers(0, 2 if pressure else 6))):
+        w = draw(_choice(workers_ + [ghost])) if workers_ else ghost
+        d = draw(_dispatch(f"d{next(seq)}", w, request_ids, False, now))
+        dispatches.append(d)
+        if draw(st.booleans()):
+            back = draw(_choice((0, 1, 50, 149.9, 150, 299, 350)))
+            returns.append({"dispatch_id": d["dispatch_id"], "worker_id": w["id"], "returned_at": iso(-back, now)})
+    if draw(st.integers(0, 2)) == 0 and workers_:
+        w = draw(_choice(workers_))  # a return whose dispatch is unknown
+        returns.append({"dispatch_id": "lost", "worker_id": w["id"], "returned_at": iso(-draw(_choice((5, 200))), now)})
+    # A return in the window names its dispatch once; later duplicates are rejected rows.
+    seen: set[str] = set()
+    unique_returns = [r for r in returns if not (r["dispatch_id"] in seen or seen.add(r["dispatch_id"]))]
+    return {**horde, "dispatches": dispatches, "capacity_returns": unique_returns}
+
+
+@st.composite
+def stall_hordes(draw: st.DrawFn, max_workers: int = 5, max_requests: int = 8) -> dict[str, Any]:
+    """A horde (:func:`hordes`) with a history (:func:`histories`)."""
+    horde = draw(hordes(max_workers=max_workers, max_requests=max_requests))
+    return draw(histories(horde))

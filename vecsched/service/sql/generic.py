@@ -93,7 +93,14 @@ class _GenericFetch:
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
+    def main(
+        self,
+        table: sa.Table,
+        renames: dict[str, str],
+        spec: list[Column],
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> list[_Raw]:
         selected = []
         for col in spec:
             sql_col = table.c[renames.get(col.name, col.name)]
@@ -105,16 +112,29 @@ class _GenericFetch:
                 sql_col = _bounded(self.conn, sql_col)
             selected.append(sa.type_coerce(sql_col, NullType()))
         with _gc_paused():
-            rows = self._all(sa.select(*selected).order_by(table.c.id))
+            query = sa.select(*selected).order_by(*table.primary_key.columns)
+            if where is not None:
+                query = query.where(where)
+            rows = self._all(query, params)
             raw = list(zip(*rows)) if rows else [() for _ in spec]
             del rows
             text_times = self.conn.dialect.name == "sqlite"
             return [_raw_from_list(col, list(values), text_times=text_times) for col, values in zip(spec, raw)]
 
-    def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
+    def link(
+        self,
+        table: sa.Table,
+        key: str,
+        value: str,
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
         with _gc_paused():
             columns = (_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value]))
-            rows = self._all(sa.select(*columns).order_by(table.c[key], table.c.position))
+            query = sa.select(*columns).order_by(table.c[key], table.c.position)
+            if where is not None:
+                query = query.where(where)
+            rows = self._all(query, params)
             if not rows:
                 return [], []
             keys, vals = zip(*rows)
@@ -124,7 +144,7 @@ class _GenericFetch:
         rows = self._all(sa.select(_bounded(self.conn, excluded_pairs.c.worker_id), _bounded(self.conn, excluded_pairs.c.wp_id)))
         return [p[0] for p in rows], [p[1] for p in rows]
 
-    def _all(self, statement: sa.Select[Any]) -> list[Any]:
+    def _all(self, statement: sa.Select[Any], params: dict[str, Any] | None = None) -> list[Any]:
         """All rows of ``statement``; on SQLite, text that is not UTF-8 is read cell by cell.
 
         sqlite3 decodes every text cell as UTF-8 and fails the whole query on
@@ -133,7 +153,7 @@ class _GenericFetch:
         (the row is rejected by value); the usual read stays in C.
         """
         try:
-            return self.conn.execute(statement).all()
+            return self.conn.execute(statement, params or {}).all()
         except sa.exc.OperationalError as exc:
             if self.conn.dialect.name != "sqlite" or "decode" not in str(exc.orig).lower():
                 raise
@@ -141,7 +161,7 @@ class _GenericFetch:
         before = driver.text_factory
         driver.text_factory = decode_text
         try:
-            return self.conn.execute(statement).all()
+            return self.conn.execute(statement, params or {}).all()
         finally:
             driver.text_factory = before
 

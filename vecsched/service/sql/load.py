@@ -19,8 +19,12 @@ from sqlalchemy.engine import Connection, Engine
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw
 from vecsched.service.sql.pg import _PgFetch
+from vecsched.service.sql.events import EVENT_FILTERS, cut_params
 from vecsched.service.sql.schema import (
     _MAIN,
+    capacity_returns,
+    dispatch_priority_users,
+    dispatches,
     worker_models,
     wp_allowed_workers,
     wp_models,
@@ -94,14 +98,30 @@ def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
     tables["requests"]["models"] = _list_column(*fetch.link(wp_models, "wp_id", "model"), r_ids)
     tables["requests"]["worker_ids"] = _list_column(*fetch.link(wp_allowed_workers, "wp_id", "worker_id"), r_ids)
     pair_w, pair_r = fetch.pairs()
+    _load_events(fetch, now, tables, errors)
     return Snapshot.from_columns(
         now,
         tables["workers"],
         tables["requests"],
         tables["jobs"],
         {"worker_id": pair_w, "request_id": pair_r},
+        dispatches=tables["dispatches"],
+        capacity_returns=tables["capacity_returns"],
         rejected=errors,
     )
+
+
+def _load_events(fetch: "_GenericFetch", now: float, tables: dict[str, Any], errors: list[RowError]) -> None:
+    """The dispatches and returns section 7 needs (see :mod:`vecsched.service.sql.events`)."""
+    params = cut_params(now)
+    for name, table in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
+        spec = [c for c in TABLES[name] if c.kind != "str_list"]
+        raw = fetch.main(table, {}, spec, where=EVENT_FILTERS[name], params=params)
+        tables[name] = _judge(name, spec, raw, errors)
+    users = fetch.link(
+        dispatch_priority_users, "dispatch_id", "user_id", where=EVENT_FILTERS["dispatch_priority_users"], params=params
+    )
+    tables["dispatches"]["priority_user_ids"] = _list_column(*users, tables["dispatches"]["dispatch_id"])
 
 
 def _judge(name: str, spec: list[Column], raw: list[_Raw], errors: list[RowError]) -> dict[str, Any]:

@@ -195,7 +195,9 @@ class _PgFetch(_GenericFetch):
     # The statements never change; compiling them costs ~10 ms per load.
     _compiled: dict[tuple[str, str], str] = {}
 
-    def _row(self, key: str, build: Callable[[], sa.Select[Any]]) -> tuple[Any, ...]:
+    def _row(
+        self, key: str, build: Callable[[], sa.Select[Any]], params: dict[str, Any] | None = None
+    ) -> tuple[Any, ...]:
         cache_key = (self.conn.dialect.driver, key)
         sql = self._compiled.get(cache_key)
         if sql is None:
@@ -205,33 +207,45 @@ class _PgFetch(_GenericFetch):
         with self.raw.cursor(binary=True) as cur:
             for oid in _PG_ARRAYS:
                 cur.adapters.register_loader(oid, self.loader)
-            cur.execute(sql)
+            cur.execute(sql, params or None)
             row = cur.fetchone()
         assert row is not None  # an aggregate without GROUP BY returns one row
         return tuple(row)
 
     @staticmethod
-    def _ordered_aggregate(columns: list[sa.ColumnElement[Any]], order_by: list[Any]) -> sa.Select[Any]:
+    def _ordered_aggregate(
+        columns: list[sa.ColumnElement[Any]], order_by: list[Any], where: sa.ColumnElement[bool] | None = None
+    ) -> sa.Select[Any]:
         # Aggregates of one plain Agg node read the subquery's rows together,
         # in the subquery's order, so the arrays line up row by row.
-        sub = sa.select(*columns).order_by(*order_by).subquery("s")
+        query = sa.select(*columns).order_by(*order_by)
+        if where is not None:
+            query = query.where(where)
+        sub = query.subquery("s")
         return sa.select(*(sa.func.array_agg(c) for c in sub.c))
 
-    def main(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> list[_Raw]:
+    def main(
+        self,
+        table: sa.Table,
+        renames: dict[str, str],
+        spec: list[Column],
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> list[_Raw]:
         def build() -> sa.Select[Any]:
             cols = [
                 (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
                 for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
             ]
-            return self._ordered_aggregate(cols, [table.c.id])
+            return self._ordered_aggregate(cols, list(table.primary_key.columns), where)
 
-        row = self._row(f"main:{table.name}:{','.join(c.name for c in spec)}", build)
+        row = self._row(f"main:{table.name}:{','.join(c.name for c in spec)}", build, params)
         return [self._raw(col, value) for col, value in zip(spec, row)]
 
     @staticmethod
     def _raw(col: Column, value: Any) -> _Raw:
-        if value is None:  # array_agg over no rows
-            value = []
+        if value is None:  # array_agg over no rows: nothing to parse, and no fallback
+            return _raw_from_list(col, [])
         if isinstance(value, _PgArray):
             if col.kind == "time":
                 if not value.time:
@@ -246,12 +260,22 @@ class _PgFetch(_GenericFetch):
         # the Python objects the generic path would see.
         return _raw_from_list(col, list(value))
 
-    def link(self, table: sa.Table, key: str, value: str) -> tuple[list[Any], list[Any]]:
+    def link(
+        self,
+        table: sa.Table,
+        key: str,
+        value: str,
+        where: sa.ColumnElement[bool] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
         row = self._row(
             f"link:{table.name}:{key}:{value}",
             lambda: self._ordered_aggregate(
-                [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])], [table.c[key], table.c.position]
+                [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])],
+                [table.c[key], table.c.position],
+                where,
             ),
+            params,
         )
         if row[0] is None:
             return [], []

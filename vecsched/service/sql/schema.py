@@ -4,7 +4,9 @@ Tables and their link columns follow the AI Horde's own (``workers``,
 ``worker_models``, ``waiting_prompts``, ``wp_models``, ``wp_allowed_workers``,
 ``processing_gens``), so pointing vecsched at a horde database, or at views over
 one, needs no code change. Data columns are named as in SNAPSHOT_FORMAT.md.
-vecsched adds ``excluded_pairs``.
+vecsched adds ``excluded_pairs`` and the scheduling events of SPEC section 7:
+``dispatches`` (with ``dispatch_priority_users``) and ``capacity_returns``,
+keyed by ``dispatch_id`` and indexed on their time.
 
 Where this schema differs from the horde's, and why:
 
@@ -99,6 +101,24 @@ excluded_pairs = sa.Table(
     sa.Column("wp_id", sa.String(), primary_key=True),
 )
 
+dispatches = sa.Table(
+    "dispatches",
+    metadata,
+    sa.Column("dispatch_id", sa.String(), primary_key=True),
+    *_data_columns(TABLES["dispatches"], skip=("dispatch_id",)),
+    sa.Index("ix_dispatches_dispatched_at", "dispatched_at"),
+)
+
+dispatch_priority_users = _list_table("dispatch_priority_users", "dispatch_id", "user_id")
+
+capacity_returns = sa.Table(
+    "capacity_returns",
+    metadata,
+    sa.Column("dispatch_id", sa.String(), primary_key=True),
+    *_data_columns(TABLES["capacity_returns"], skip=("dispatch_id",)),
+    sa.Index("ix_capacity_returns_returned_at", "returned_at"),
+)
+
 HORDE_TABLES = (
     workers,
     worker_models,
@@ -107,6 +127,9 @@ HORDE_TABLES = (
     wp_allowed_workers,
     processing_gens,
     excluded_pairs,
+    dispatches,
+    dispatch_priority_users,
+    capacity_returns,
 )
 
 # snapshot table -> (SQL table, {snapshot column: SQL column name})
@@ -143,8 +166,25 @@ def make_engine(url: str) -> Engine:
 
 
 def init_db(engine: Engine) -> None:
-    """Create the horde tables that do not exist yet (idempotent)."""
-    metadata.create_all(engine)
+    """Create the horde tables (and their indexes) that do not exist yet (idempotent).
+
+    An older database gains the tables added since, e.g. the event tables,
+    and a ``workers.state`` column if it lacks one; nothing is dropped.
+    """
+    metadata.create_all(engine, checkfirst=True)
+    _add_missing_columns(engine, workers)
+
+
+def _add_missing_columns(engine: Engine, table: sa.Table) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for nullable columns an older schema lacks."""
+    have = {c["name"] for c in sa.inspect(engine).get_columns(table.name)}
+    missing = [c for c in table.columns if c.name not in have and c.nullable]
+    if not missing:
+        return
+    with engine.begin() as conn:
+        for col in missing:
+            kind = col.type.compile(dialect=engine.dialect)
+            conn.exec_driver_sql(f'ALTER TABLE {table.name} ADD COLUMN "{col.name}" {kind}')
 
 
 def is_empty(engine: Engine) -> bool:

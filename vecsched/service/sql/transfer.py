@@ -13,6 +13,9 @@ from sqlalchemy.engine import Connection, Engine
 from vecsched.service.sql.schema import (
     _MAIN,
     HORDE_TABLES,
+    capacity_returns,
+    dispatch_priority_users,
+    dispatches,
     excluded_pairs,
     init_db,
     worker_models,
@@ -70,7 +73,8 @@ def import_snapshot(
         if replace:
             for table in reversed(HORDE_TABLES):
                 conn.execute(table.delete())
-        for name, (table, renames) in _MAIN.items():
+        events = {"dispatches": (dispatches, {}), "capacity_returns": (capacity_returns, {})}
+        for name, (table, renames) in {**_MAIN, **events}.items():
             t = getattr(snapshot, name)
             spec = [c for c in TABLES[name] if c.kind != "str_list"]
             cols = {}
@@ -92,6 +96,7 @@ def import_snapshot(
             ("workers", worker_models, "worker_id", "model", "models"),
             ("requests", wp_models, "wp_id", "model", "models"),
             ("requests", wp_allowed_workers, "wp_id", "worker_id", "worker_ids"),
+            ("dispatches", dispatch_priority_users, "dispatch_id", "user_id", "priority_user_ids"),
         ):
             t = getattr(snapshot, name)
             lc: ListColumn = t.columns[column]

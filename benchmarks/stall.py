@@ -1,0 +1,49 @@
+"""might_stall's cost beside the SPEC 3-6 estimate, in the same run.
+
+``python benchmarks/stall.py --workers 2000 --requests 50000`` builds a synthetic horde with five
+minutes of history (vecsched.synthetic_history), runs ``vecsched.estimate`` ``--repeat`` times and
+prints the median seconds of the ``stall`` stage and of the other stages (sections 3 to 6), and
+their ratio (the issue's target: at most 0.30).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def measure(workers: int, requests: int, seed: int = 0, repeat: int = 3) -> dict[str, float]:
+    import vecsched
+    from vecsched.synthetic import horde
+    from vecsched.synthetic_history import with_history
+
+    snap = with_history(horde(workers=workers, requests=requests, seed=seed), seed=seed)
+    stall, core = [], []
+    for _ in range(repeat):
+        timings = vecsched.estimate(snap).timings
+        stall.append(timings["stall"])
+        core.append(sum(v for k, v in timings.items() if k != "stall"))
+    out = {"workers": workers, "requests": requests, "dispatches": len(snap.dispatches),
+           "returns": len(snap.capacity_returns), "stall_s": statistics.median(stall),
+           "estimate_3_6_s": statistics.median(core)}
+    out["ratio"] = out["stall_s"] / out["estimate_3_6_s"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workers", type=int, default=150)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    result = measure(args.workers, args.requests, args.seed, args.repeat)
+    result["wall_s"] = time.perf_counter() - started
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""vecsched.events: the horde's pops and returns reach the event tables without ever blocking or raising."""
+
+from __future__ import annotations
+
+import time
+
+import sqlalchemy as sa
+
+import vecsched.events
+from vecsched.events import EventRecorder
+from vecsched.service.sql import load_horde
+from vecsched.service.sql.schema import capacity_returns, dispatches
+
+
+def test_recorded_events_load_as_the_snapshot_has_them(db_url: str) -> None:
+    recorder = EventRecorder(db_url)
+    now = time.time()
+    assert recorder.record_dispatch("d1", worker_id="w1", request_id="r1", request_created=now - 30,
+                                    dispatched_at=now - 20, assigned_work=80, worker_state="s",
+                                    request_extra_priority=3, selected_from_priority_queue=True,
+                                    priority_user_ids=["u2", "u1"])
+    assert recorder.record_dispatch("d2", worker_id="w1", request_id="r2", request_created=now - 10,
+                                    dispatched_at=now - 5, assigned_work=7.5)
+    assert recorder.record_capacity_return("d1", worker_id="w1", returned_at=now - 2)
+    # A retried call records once.
+    assert recorder.record_capacity_return("d1", worker_id="w1", returned_at=now - 1)
+    recorder.close()
+    assert recorder.written == 4 and not recorder.dropped
+    doc = load_horde(recorder.engine, now).to_dict()
+    by_id = {d["dispatch_id"]: d for d in doc["dispatches"]}
+    assert by_id["d1"]["priority_user_ids"] == ["u2", "u1"] and by_id["d1"]["request_extra_priority"] == 3
+    assert by_id["d2"]["assigned_work"] == 7.5 and by_id["d2"]["priority_user_ids"] == []
+    assert [c["dispatch_id"] for c in doc["capacity_returns"]] == ["d1"]
+
+
+def test_never_raises_never_blocks_and_counts_drops(sqlite_url: str) -> None:
+    recorder = EventRecorder(sqlite_url, maxsize=3)
+    assert recorder.record_dispatch("bad", worker_id=7, request_id="r", request_created=0.0,
+                                    assigned_work=1) is False
+    assert recorder.record_dispatch("bad", worker_id="w", request_id="r", request_created=0.0,
+                                    assigned_work=float("nan")) is False
+    assert recorder.record_capacity_return("bad", worker_id="w", returned_at="yesterday") is False
+    assert recorder.dropped["invalid"] == 3
+    # A full queue drops at once instead of waiting for the writer.
+    started = time.perf_counter()
+    with recorder.engine.begin() as conn:  # holds SQLite's write lock: the writer is stuck
+        conn.execute(sa.text("DELETE FROM capacity_returns"))
+        results = [recorder.record_capacity_return(f"d{k}", worker_id="w", returned_at=1.0) for k in range(50)]
+        assert time.perf_counter() - started < 1.0
+    assert results.count(False) >= 40 and recorder.dropped["queue_full"] == results.count(False)
+    recorder.close()
+    assert recorder.record_capacity_return("late", worker_id="w") is False
+    assert recorder.dropped["closed"] == 1
+
+
+def test_a_failed_write_is_counted_and_the_writer_goes_on(sqlite_url: str) -> None:
+    recorder = EventRecorder(sqlite_url)
+    with recorder.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE capacity_returns"))
+    assert recorder.record_capacity_return("d1", worker_id="w", returned_at=1.0)
+    recorder.flush()
+    assert recorder.dropped["write_failed"] == 1
+    with recorder.engine.begin() as conn:
+        capacity_returns.create(conn)
+    assert recorder.record_capacity_return("d2", worker_id="w", returned_at=1.0)
+    recorder.close()
+    with recorder.engine.connect() as conn:
+        assert conn.execute(sa.select(capacity_returns.c.dispatch_id)).scalars().all() == ["d2"]
+
+
+def test_module_functions_use_the_configured_database(sqlite_url: str) -> None:
+    recorder = vecsched.events.configure(sqlite_url)
+    assert vecsched.events.record_dispatch("d1", worker_id="w", request_id="r", request_created=1.0,
+                                           assigned_work=1.0, dispatched_at=2.0)
+    assert vecsched.events.record_dispatch("d2", worker="typo") is False  # an unknown keyword: dropped
+    recorder.close()
+    with recorder.engine.connect() as conn:
+        assert conn.execute(sa.select(dispatches.c.dispatch_id)).scalars().all() == ["d1"]

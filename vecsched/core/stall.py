@@ -1,0 +1,359 @@
+"""might_stall for every waiting request (SPEC.md section 7), in one vectorized pass.
+
+For waiting request i with nothing in flight, over the window from
+max(created, now - 300 s) to now split at its midpoint, section 7 weighs the
+pops by i's eligible workers (were they given to work placed before i?), the
+capacity those workers returned, and the work that arrived ahead of i.
+
+Requests of one eligibility row (request group or special group, see
+:mod:`vecsched.core.eligibility`) share their eligible workers A(i) and their
+takeable signatures, so the events a request may see are found per row, from
+the row's worker membership; each (request, event) pair of a row is then
+judged on flat arrays, in blocks of rows, and summed back per request with
+``bincount``. No Python loop runs over requests, workers or events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
+from vecsched.core.eligibility import Eligibility, eligibility
+from vecsched.core.groups import unpack_words
+from vecsched.snapshot.schema import TEXT
+from vecsched.snapshot.snapshot import Snapshot
+
+WINDOW_SECONDS = 300.0
+MIN_WINDOW_SECONDS = 120.0
+PAIRS_PER_BLOCK = 1 << 22
+
+# Evidence, in the order section 7 tries them; the code is the position.
+EVIDENCE = (
+    "none_eligible",
+    "insufficient_window",
+    "incomplete_return_history",
+    "insufficient_replacement",
+    "target_opportunity_seen",
+    "compatible_capacity_returning",
+    "preceding_arrivals_not_outpacing_drain",
+    "arrival_outpaces_drain",
+)
+NO_EVIDENCE = -1  # a job of the request is processing: evidence null
+STALLING = EVIDENCE.index("arrival_outpaces_drain")
+
+INT_COLUMNS = ("dispatch_opportunities", "lost_opportunities", "returned_capacity", "active_preceding_dispatches")
+FLOAT_COLUMNS = ("arriving_work", "returned_work")
+
+
+@dataclass(frozen=True)
+class Events:
+    """The dispatches and returns of one gentype's usable workers in the last 300 s.
+
+    Worker positions (``worker``) index the gentype's usable workers, in the
+    order :func:`~vecsched.core.eligibility.eligibility` numbers them.
+    """
+
+    d_time: np.ndarray
+    d_worker: np.ndarray
+    d_priority: np.ndarray
+    d_created: np.ndarray
+    d_priority_pass: np.ndarray
+    d_work: np.ndarray
+    d_active: np.ndarray
+    d_request: np.ndarray  # position among the gentype's waiting requests, -1 if not waiting
+    d_users: pd.DataFrame  # (dispatch, user id) of priority passes
+    c_time: np.ndarray
+    c_worker: np.ndarray
+    c_matched: np.ndarray
+    c_work: np.ndarray
+
+
+def stall_columns(n: int) -> dict[str, np.ndarray]:
+    """The section 7 columns of ``n`` requests before any is computed: no stall, evidence null."""
+    columns: dict[str, np.ndarray] = {name: np.zeros(n, np.int64) for name in INT_COLUMNS}
+    columns.update({name: np.zeros(n) for name in FLOAT_COLUMNS})
+    columns["might_stall"] = np.zeros(n, bool)
+    columns["stall_evidence"] = np.full(n, NO_EVIDENCE, np.int8)
+    return columns
+
+
+def evidence_names(codes: np.ndarray) -> list[str | None]:
+    """Evidence codes as the document's strings (None for null).
+
+    Examples
+    --------
+    >>> evidence_names(np.array([0, -1, 7], dtype=np.int8))
+    ['none_eligible', None, 'arrival_outpaces_drain']
+    """
+    names = np.array((None,) + EVIDENCE, dtype=object)
+    return names[codes.astype(np.int64) + 1].tolist()
+
+
+def window_events(snapshot: Snapshot, wk: WorkerArrays, gentype: int, request_ids: np.ndarray) -> Events:
+    """Section 7's events that any request of ``gentype`` can see, as arrays."""
+    now = snapshot.now
+    worker_rows = np.flatnonzero(wk.usable & (wk.gentype == gentype))
+    local = pd.Index(wk.ids[worker_rows])
+    d, c = snapshot.dispatches, snapshot.capacity_returns
+    returned = pd.Index(c.dispatch_id).unique() if len(c) else pd.Index([], dtype=object)
+    lw = local.get_indexer(d.worker_id) if len(d) else np.zeros(0, np.int64)
+    # A pop counts only from the capability state its worker is still in.
+    state_now = snapshot.workers.state[worker_rows[np.maximum(lw, 0)]] if len(worker_rows) else d.worker_state
+    keep = (lw >= 0) & (d.dispatched_at >= now - WINDOW_SECONDS) & (d.dispatched_at <= now)
+    keep &= np.asarray(state_now == d.worker_state, dtype=bool) if len(d) else keep
+    kept = np.flatnonzero(keep)
+    users = d.priority_user_ids.take(kept)
+    pp = d.selected_from_priority_queue[kept]
+    d_users = pd.DataFrame({"dispatch": users.owners(), "user": users.values})
+    d_users = d_users[pp[d_users["dispatch"].to_numpy()]]
+
+    clw = local.get_indexer(c.worker_id) if len(c) else np.zeros(0, np.int64)
+    ckeep = np.flatnonzero((clw >= 0) & (c.returned_at >= now - WINDOW_SECONDS) & (c.returned_at <= now))
+    which = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id[ckeep]) if len(ckeep) else np.zeros(0, np.int64)
+    return Events(
+        d_time=d.dispatched_at[kept],
+        d_worker=lw[kept],
+        d_priority=d.request_extra_priority[kept],
+        d_created=d.request_created[kept],
+        d_priority_pass=pp,
+        d_work=d.assigned_work[kept],
+        d_active=~np.asarray(pd.Index(d.dispatch_id[kept]).isin(returned), dtype=bool),
+        d_request=pd.Index(request_ids).get_indexer(d.request_id[kept]) if len(kept) else np.zeros(0, np.int64),
+        d_users=d_users,
+        c_time=c.returned_at[ckeep],
+        c_worker=clw[ckeep],
+        c_matched=which >= 0,
+        c_work=np.where(which >= 0, d.assigned_work[np.maximum(which, 0)] if len(d) else 0.0, 0.0),
+    )
+
+
+def membership(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    gentype: int,
+    representatives: np.ndarray,
+    excluded: tuple[np.ndarray, np.ndarray],
+    vocabulary_size: int,
+) -> np.ndarray:
+    """``member[k, w]``: usable worker ``w`` of the gentype is in A(representatives[k]).
+
+    The eligibility rules themselves decide, evaluated worker by worker for
+    one request per row (rows share their eligible workers).
+    """
+    ex_w, ex_r = excluded
+    reps = take_rows(rq, representatives)
+    position = pd.Index(representatives).get_indexer(ex_r)
+    hit = position >= 0
+    elig = eligibility(
+        wk, reps, gentype, (ex_w[hit], position[hit]), vocabulary_size,
+        with_competition=False, every_request_special=True,
+    )
+    assert elig.eligible_workers is not None
+    return elig.eligible_workers[elig.row - elig.n_groups]
+
+
+def stall(
+    snapshot: Snapshot,
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    gentype: int,
+    elig: Eligibility,
+    position: np.ndarray,
+    processing: np.ndarray,
+    excluded: tuple[np.ndarray, np.ndarray],
+    vocabulary_size: int,
+) -> dict[str, np.ndarray]:
+    """Section 7 for the waiting requests ``rq`` of one gentype.
+
+    ``elig`` is their eligibility with competition (``takeable`` and
+    ``signature``); ``position`` their queue positions; ``processing`` their
+    jobs in flight; ``excluded`` (worker row, position in ``rq``) pairs.
+    Returns ``stall_evidence`` (an ``int8`` code into :data:`EVIDENCE`, -1 for
+    null), ``might_stall`` and the pressure figures, aligned with ``rq``.
+    """
+    n = len(rq.ids)
+    now = snapshot.now
+    out: dict[str, np.ndarray] = {name: np.zeros(n, np.int64) for name in INT_COLUMNS}
+    out.update({name: np.zeros(n) for name in FLOAT_COLUMNS})
+    start = np.maximum(rq.created, now - WINDOW_SECONDS)
+    middle = start + (now - start) / 2
+    unit = rq.output.astype(np.float64) if gentype == TEXT else rq.output / 1e6
+    waits = processing == 0
+    threads = elig.threads
+    looked = np.flatnonzero(waits & (threads > 0))
+    halves = np.zeros((4, n))  # arriving first, second; returned first, second
+    counts = np.zeros((2, n), np.int64)  # matched returns per half
+    incomplete = np.zeros(n, bool)
+    if len(looked):
+        ev = window_events(snapshot, wk, gentype, rq.ids)
+        rows, row_of = np.unique(elig.row[looked], return_inverse=True)
+        first = np.full(len(rows), -1, np.int64)
+        first[row_of[::-1]] = looked[::-1]
+        if len(ev.d_time) or len(ev.c_time):
+            member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
+        else:  # no history: no worker's membership matters
+            member = np.zeros((len(rows), 1), bool)
+        takes = elig.competition
+        takeable = unpack_words(takes.takeable[rows], takes.n_signatures) if takes is not None else None
+        owners = snapshot.requests.user_id[rq.index]
+        signature = takes.signature if takes is not None else None
+        context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
+        context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
+        for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
+            context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
+    evidence = np.full(n, NO_EVIDENCE, np.int8)
+    conditions = [
+        threads == 0,
+        now - start < MIN_WINDOW_SECONDS,
+        incomplete,
+        np.minimum(counts[0], counts[1]) < threads,
+        (out["dispatch_opportunities"] == 0) | (out["lost_opportunities"] < out["dispatch_opportunities"]),
+        out["active_preceding_dispatches"] < threads,
+        (halves[0] <= halves[2]) | (halves[1] <= halves[3]),
+    ]
+    evidence[waits] = np.select([c[waits] for c in conditions], range(len(conditions)), STALLING)
+    out["arriving_work"] = halves[0] + halves[1]
+    out["returned_work"] = halves[2] + halves[3]
+    out["stall_evidence"] = evidence
+    out["might_stall"] = evidence == STALLING
+    return out
+
+
+def _blocks(row_of: np.ndarray, looked: np.ndarray, member: np.ndarray, ev: Events, rq: RequestArrays):
+    """Rows in blocks of about :data:`PAIRS_PER_BLOCK` (request, event) pairs, with their requests.
+
+    Yields (row positions, (request CSR offsets, requests by row, then
+    priority, then creation)).
+    """
+    per_worker = np.bincount(ev.d_worker, minlength=member.shape[1]) + np.bincount(
+        ev.c_worker, minlength=member.shape[1]
+    )
+    events_per_row = member.astype(np.float64) @ per_worker
+    order = np.lexsort((rq.created[looked], rq.priority[looked], row_of))
+    requests_per_row = np.bincount(row_of, minlength=len(member))
+    # A row costs its (request, event) pairs and its row of the incidence matrices.
+    cost = events_per_row * requests_per_row + len(ev.d_time) + len(ev.c_time) + 1
+    before = np.r_[0.0, np.cumsum(cost)[:-1]] // PAIRS_PER_BLOCK
+    bounds = np.r_[np.flatnonzero(np.r_[True, before[1:] != before[:-1]]), len(member)]
+    offsets = np.r_[0, np.cumsum(requests_per_row)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        yield np.arange(lo, hi), (offsets[lo : hi + 1] - offsets[lo], looked[order[offsets[lo] : offsets[hi]]])
+
+
+def _expand_ranges(lo: np.ndarray, hi: np.ndarray, item: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(request, item) pairs: ``requests[lo[i]:hi[i]]`` with ``item[i]``, for every i."""
+    sizes = np.maximum(hi - lo, 0)
+    total = int(sizes.sum())
+    base = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    return requests[base + np.arange(total)], np.repeat(item, sizes)
+
+
+def _expand(incidence: np.ndarray, offsets: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(request, item) pairs from a (row, item) incidence and each row's requests."""
+    row, item = np.nonzero(incidence)
+    sizes = offsets[row + 1] - offsets[row]
+    total = int(sizes.sum())
+    base = np.repeat(offsets[row] - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
+    return requests[base + np.arange(total)], np.repeat(item, sizes)
+
+
+class _Context:
+    """What every block reads: the requests' windows and queue places, the events; and the sums it adds to."""
+
+    def __init__(self, now, rq, start, middle, unit, position, signature, owners, ev):
+        self.now, self.rq, self.start, self.middle = now, rq, start, middle
+        self.position, self.signature, self.ev = position, signature, ev
+        self.arrived = np.flatnonzero((rq.created >= now - WINDOW_SECONDS) & (rq.created <= now))
+        self.arrived_work = (rq.n[self.arrived] * unit[self.arrived]).astype(np.float64)
+        prio_values, self.prio_rank = np.unique(rq.priority, return_inverse=True)
+        created_values, self.created_rank = np.unique(rq.created, return_inverse=True)
+        self.n_prio, self.n_created = len(prio_values) + 1, len(created_values) + 1
+        self.prio_rank, self.created_rank = self.prio_rank.ravel(), self.created_rank.ravel()
+        # Owners and priority-pass users as codes of one vocabulary.
+        codes, vocabulary = pd.factorize(np.concatenate([owners, ev.d_users["user"].to_numpy()]).astype(object))
+        self.owner_code = codes[: len(owners)].astype(np.int64)
+        self.n_users = max(len(vocabulary), 1)
+        listed = ev.d_users["dispatch"].to_numpy().astype(np.int64) * self.n_users + codes[len(owners) :]
+        self.listed = np.unique(listed)
+
+    def block(self, member: np.ndarray, takeable: np.ndarray | None, requests: tuple[np.ndarray, np.ndarray]) -> None:
+        offsets, reqs = requests
+        self._returns(member, offsets, reqs)
+        self._dispatches(member, offsets, reqs)
+        if takeable is not None:
+            self._arrivals(takeable, offsets, reqs)
+
+    @staticmethod
+    def _add(target: np.ndarray, k: np.ndarray, weights: np.ndarray | None = None) -> None:
+        target += np.bincount(k, weights=weights, minlength=len(target)).astype(target.dtype)
+
+    def _returns(self, member, offsets, reqs) -> None:
+        ev = self.ev
+        k, c = _expand(member[:, ev.c_worker], offsets, reqs)
+        t = ev.c_time[c]
+        seen = t >= self.start[k]
+        k, c, t = k[seen], c[seen], t[seen]
+        matched = ev.c_matched[c]
+        self.incomplete[k[~matched]] = True
+        k, c, t = k[matched], c[matched], t[matched]
+        second = t >= self.middle[k]
+        self._add(self.out["returned_capacity"], k)
+        for h, mask in enumerate((~second, second)):
+            self._add(self.counts[h], k[mask])
+            self._add(self.halves[2 + h], k[mask], ev.c_work[c[mask]])
+
+    def _dispatches(self, member, offsets, reqs) -> None:
+        ev, rq = self.ev, self.rq
+        k, d = _expand(member[:, ev.d_worker], offsets, reqs)
+        keep = (ev.d_time[d] >= self.start[k]) & (ev.d_request[d] != k)
+        k, d = k[keep], d[keep]
+        self._add(self.out["dispatch_opportunities"], k)
+        prio, mine = ev.d_priority[d], rq.priority[k]
+        precedes = (prio > mine) | ((prio == mine) & (ev.d_created[d] < rq.created[k]))
+        passes = np.flatnonzero(ev.d_priority_pass[d] & ~precedes)
+        # A priority pass precedes i unless i's owner is one of its users.
+        listed = np.isin(d[passes] * self.n_users + self.owner_code[k[passes]], self.listed)
+        precedes[passes[~listed]] = True
+        k, d = k[precedes], d[precedes]
+        self._add(self.out["lost_opportunities"], k)
+        self._add(self.out["active_preceding_dispatches"], k[ev.d_active[d]])
+        created = ev.d_created[d]
+        late = (created > rq.created[k]) & (created >= self.start[k]) & (created <= self.now)
+        k, d = k[late], d[late]
+        second = ev.d_created[d] >= self.middle[k]
+        for h, mask in enumerate((~second, second)):
+            self._add(self.halves[h], k[mask], ev.d_work[d[mask]])
+
+    def _arrivals(self, takeable, offsets, reqs) -> None:
+        rq, arrived = self.rq, self.arrived
+        # j can be ahead of k and created no earlier than k's window only with a
+        # higher priority, or the same priority and creation time. Rows hold
+        # their requests by priority and creation, so the first kind is a
+        # leading range of the row; the second is a join on (priority, created).
+        row_local = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        prio = self.prio_rank[reqs]
+        row_min = prio[offsets[:-1]]
+        a_prio = self.prio_rank[arrived]
+        above = np.flatnonzero(a_prio > row_min.min()) if len(row_min) else np.zeros(0, np.int64)
+        r, j = np.nonzero(takeable[:, self.signature[arrived[above]]] & (a_prio[above][None, :] > row_min[:, None]))
+        j = above[j]
+        keys = (row_local * self.n_prio + prio) * self.n_created
+        less = np.searchsorted(keys, (r * self.n_prio + a_prio[j]) * self.n_created, "left")
+        k1, j1 = _expand_ranges(offsets[r], less, j, reqs)
+        same = self.prio_rank * self.n_created + self.created_rank
+        by_key = np.argsort(same[arrived], kind="stable")
+        sorted_keys = same[arrived][by_key]
+        lo = np.searchsorted(sorted_keys, same[reqs], "left")
+        hi = np.searchsorted(sorted_keys, same[reqs], "right")
+        j2, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
+        takes = takeable[row_local[q], self.signature[arrived[j2]]]
+        k, j = np.r_[k1, reqs[q[takes]]], np.r_[j1, j2[takes]]
+        created = rq.created[arrived[j]]
+        keep = (created >= self.start[k]) & (self.position[arrived[j]] < self.position[k])
+        k, j, created = k[keep], j[keep], created[keep]
+        second = created >= self.middle[k]
+        for h, mask in enumerate((~second, second)):
+            self._add(self.halves[h], k[mask], self.arrived_work[j[mask]])

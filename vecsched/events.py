@@ -1,0 +1,291 @@
+"""Recording the horde's scheduling events (SPEC section 7) from the horde's own code.
+
+The horde calls :func:`record_dispatch` when a worker pops a job and
+:func:`record_capacity_return` when the job's thread is free again. Neither
+call blocks nor raises: the event goes into a bounded in-process queue, and a
+background thread writes batches into the ``dispatches``,
+``dispatch_priority_users`` and ``capacity_returns`` tables. When the queue is
+full, an event is malformed or a write fails, the event is dropped and counted
+by reason (:attr:`EventRecorder.dropped`, and the OpenTelemetry counter
+``vecsched.events.dropped``); the might_stall figures then fail clear
+(a return without its dispatch is "incomplete history").
+
+Examples
+--------
+>>> import tempfile, os
+>>> from vecsched.events import EventRecorder
+>>> path = os.path.join(tempfile.mkdtemp(), "horde.sqlite")
+>>> recorder = EventRecorder(f"sqlite:///{path}")
+>>> recorder.record_dispatch("d1", worker_id="w1", request_id="r1", request_created=0.0,
+...                          dispatched_at=5.0, assigned_work=80)
+True
+>>> recorder.record_capacity_return("d1", worker_id="w1", returned_at=20.0)
+True
+>>> recorder.close()
+>>> recorder.written, dict(recorder.dropped)
+(2, {})
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+log = logging.getLogger("vecsched.events")
+
+DROP_REASONS = ("queue_full", "invalid", "write_failed", "closed")
+DEFAULT_QUEUE_SIZE = 10_000
+BATCH = 500
+
+
+def _instant(value: float | datetime | None) -> datetime:
+    if value is None:
+        return datetime.now(timezone.utc)
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("a naive datetime")
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return datetime.fromtimestamp(float(value), tz=timezone.utc)
+    raise ValueError("not a time")
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    return value
+
+
+class EventRecorder:
+    """A bounded queue and a background writer into the event tables of one database.
+
+    Parameters
+    ----------
+    database : str or Engine
+        SQLAlchemy URL or engine of the horde database; the event tables are
+        created if missing.
+    maxsize : int
+        Events the queue holds; beyond it an event is dropped (``queue_full``).
+    """
+
+    def __init__(self, database: Any, *, maxsize: int = DEFAULT_QUEUE_SIZE):
+        from vecsched.service.sql.schema import init_db, make_engine
+
+        self.engine = make_engine(database) if isinstance(database, str) else database
+        init_db(self.engine)
+        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=maxsize)
+        self.dropped: Counter[str] = Counter()
+        self.written = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vecsched-events", daemon=True)
+        self._thread.start()
+
+    # -- the calls the horde makes -----------------------------------------------------
+    def record_dispatch(
+        self,
+        dispatch_id: str,
+        *,
+        worker_id: str,
+        request_id: str,
+        request_created: float | datetime,
+        assigned_work: float,
+        dispatched_at: float | datetime | None = None,
+        worker_state: str = "",
+        request_extra_priority: int = 0,
+        selected_from_priority_queue: bool = False,
+        priority_user_ids: Iterable[str] = (),
+    ) -> bool:
+        """Queue one worker pop; False when it was dropped. Never blocks, never raises.
+
+        ``assigned_work`` is in work units (tokens, or megapixel-steps for image);
+        times are epoch seconds or aware datetimes (default: now).
+        """
+        try:
+            work = float(assigned_work)
+            if not (math.isfinite(work) and work >= 0):
+                raise ValueError("assigned_work")
+            row = {
+                "dispatch_id": _text(dispatch_id),
+                "worker_id": _text(worker_id),
+                "worker_state": _text(worker_state),
+                "request_id": _text(request_id),
+                "request_created": _instant(request_created),
+                "request_extra_priority": int(request_extra_priority),
+                "selected_from_priority_queue": bool(selected_from_priority_queue),
+                "dispatched_at": _instant(dispatched_at),
+                "assigned_work": work,
+                "priority_user_ids": [_text(u) for u in priority_user_ids],
+            }
+        except (TypeError, ValueError, OverflowError):
+            return self._drop("invalid")
+        return self._put("dispatch", row)
+
+    def record_capacity_return(
+        self, dispatch_id: str, *, worker_id: str, returned_at: float | datetime | None = None
+    ) -> bool:
+        """Queue one capacity return (the pop's thread is free again); False when dropped."""
+        try:
+            row = {"dispatch_id": _text(dispatch_id), "worker_id": _text(worker_id),
+                   "returned_at": _instant(returned_at)}
+        except (TypeError, ValueError, OverflowError):
+            return self._drop("invalid")
+        return self._put("return", row)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every queued event was written or dropped; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return not self.queue.unfinished_tasks
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued, then stop the writer; later events are dropped (``closed``)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flush(timeout)
+        try:
+            self.queue.put(None, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout)
+
+    # -- internals -------------------------------------------------------------------------
+    def _drop(self, reason: str, n: int = 1) -> bool:
+        self.dropped[reason] += n
+        try:
+            from opentelemetry import metrics
+
+            metrics.get_meter("vecsched").create_counter(
+                "vecsched.events.dropped", unit="{event}",
+                description="Scheduling events dropped before reaching the database, by reason",
+            ).add(n, {"reason": reason})
+        except Exception:  # noqa: BLE001 - counting must never fail the caller
+            pass
+        return False
+
+    def _put(self, kind: str, row: dict[str, Any]) -> bool:
+        if self._closed:
+            return self._drop("closed")
+        try:
+            self.queue.put_nowait((kind, row))
+        except queue.Full:
+            return self._drop("queue_full")
+        return True
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                self.queue.task_done()
+                return
+            batch = [item]
+            while len(batch) < BATCH:
+                try:
+                    nxt = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self.queue.put_nowait(None)  # seen after this batch
+                    self.queue.task_done()
+                    break
+                batch.append(nxt)
+            try:
+                self._write(batch)
+                self.written += len(batch)
+            except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad write
+                log.warning("writing %d scheduling events failed: %s", len(batch), type(exc).__name__)
+                self._drop("write_failed", len(batch))
+            finally:
+                for _ in batch:
+                    self.queue.task_done()
+
+    def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches
+
+        pops = [row for kind, row in batch if kind == "dispatch"]
+        users = [{"dispatch_id": row["dispatch_id"], "position": k, "user_id": u}
+                 for row in pops for k, u in enumerate(row["priority_user_ids"])]
+        returns = [row for kind, row in batch if kind == "return"]
+        with self.engine.begin() as conn:
+            for table, rows in ((dispatches, pops), (dispatch_priority_users, users), (capacity_returns, returns)):
+                if rows:
+                    clean = [{c.name: r[c.name] for c in table.columns} for r in rows]
+                    conn.execute(_insert_ignoring_repeats(conn, table), clean)
+
+
+def _insert_ignoring_repeats(conn: Any, table: Any) -> Any:
+    """An INSERT that skips a row whose key is already stored (a retried call records once)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+
+        return insert(table).on_conflict_do_nothing()
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing()
+    return table.insert()
+
+
+_default: EventRecorder | None = None
+_default_lock = threading.Lock()
+
+
+def configure(database: Any = None, *, maxsize: int = DEFAULT_QUEUE_SIZE) -> EventRecorder:
+    """Set up the recorder the module-level functions use (default: the configured database).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> recorder = configure("sqlite:///" + os.path.join(tempfile.mkdtemp(), "horde.sqlite"))
+    >>> record_capacity_return("d9", worker_id="w1", returned_at=1.0)
+    True
+    >>> recorder.close()
+    """
+    global _default
+    from vecsched.service.config import default_database_url
+
+    with _default_lock:
+        if _default is not None:
+            _default.close()
+        _default = EventRecorder(database if database is not None else default_database_url(), maxsize=maxsize)
+        return _default
+
+
+def _recorder() -> EventRecorder | None:
+    if _default is None:
+        try:
+            configure()
+        except Exception as exc:  # noqa: BLE001 - recording never raises into the horde
+            log.warning("scheduling events cannot be recorded: %s", type(exc).__name__)
+            return None
+    return _default
+
+
+def record_dispatch(dispatch_id: str, **fields: Any) -> bool:
+    """Record a worker pop through the module's recorder (:meth:`EventRecorder.record_dispatch`)."""
+    recorder = _recorder()
+    if recorder is None:
+        return False
+    try:
+        return recorder.record_dispatch(dispatch_id, **fields)
+    except TypeError:  # a missing or unknown keyword
+        return recorder._drop("invalid")
+
+
+def record_capacity_return(dispatch_id: str, **fields: Any) -> bool:
+    """Record a capacity return through the module's recorder (:meth:`EventRecorder.record_capacity_return`)."""
+    recorder = _recorder()
+    if recorder is None:
+        return False
+    try:
+        return recorder.record_capacity_return(dispatch_id, **fields)
+    except TypeError:
+        return recorder._drop("invalid")
