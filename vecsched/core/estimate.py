@@ -20,6 +20,7 @@ from vecsched.core.arrays import RequestArrays, WorkerArrays, queue_positions, r
 from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import eligibility
+from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import EstimateOptions, Estimates
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
@@ -82,6 +83,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     }
     horde: dict[str, dict[str, float]] = {}
     extras: dict[str, dict[str, object]] = {}
+    queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
+    forecast_throughput = np.zeros(n)
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(rq.gentype == gentype)
         with stages("horde"):
@@ -115,6 +118,10 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         groups[f"{name}_request_groups"] = elig.n_groups
         groups[f"{name}_special_groups"] = elig.n_special
         groups[f"{name}_worker_declarations"] = elig.n_declarations
+        queues.append(_forecasts.gentype_queue(
+            wk, sub, gentype, (ex_w[sel], in_mine[ex_r[sel]]), len(snapshot.model_names), elig, mine,
+            horde[name]["mean_speed"]))
+        forecast_throughput[mine] = elig.throughput
         columns["eligible_workers"][mine] = elig.workers
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (progress["processing"][mine] > 0)
@@ -164,8 +171,14 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
             columns["queue_position"][fell_back] = columns["horde_queue_position"][fell_back]
             columns["wait_time"][fell_back] = columns["horde_wait_time"][fell_back]
 
+    with stages("forecasts"):
+        inputs = _forecasts.forecast_inputs(
+            snapshot.now, rq, snapshot.requests.expiry[rq.index], position, work, inflight, columns, forecast_throughput, queues)
+        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
+
     return Estimates(
         now=snapshot.now,
+        forecasts=forecasts,
         request_id=rq.ids,
         request_index=rq.index,
         columns=columns,
