@@ -11,7 +11,7 @@ from typing import Sequence
 from vecsched.snapshot.snapshot import SnapshotError
 
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
-_COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands")
+_COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands", "vecsched.service.forecast_commands")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -139,7 +139,7 @@ def seed_if_empty(engine: Any, now: float) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vecsched.service.job import SQLLoader, run_cycle, run_service
+    from vecsched.service.job import SQLLoader, forecast_tracker, run_cycle, run_service
     from vecsched.service.sql import init_db, make_engine
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -160,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
     store = _store(args)
     loader = SQLLoader(engine)
     if args.once:
-        report = run_cycle(loader, store, time.time, interval=args.interval)
+        report = run_cycle(loader, store, time.time, interval=args.interval, forecasts=forecast_tracker(store))
         return 0 if report.ok else 1
     run_service(loader, store, interval=args.interval)
     return 0

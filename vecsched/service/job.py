@@ -137,6 +137,7 @@ def run_cycle(
     *,
     interval: float = DEFAULT_INTERVAL,
     estimate: Callable[[Snapshot], Any] | None = None,
+    forecasts: Any = None,
 ) -> CycleReport:
     """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
 
@@ -156,6 +157,10 @@ def run_cycle(
         The refresh interval, published so readers can tell stale figures.
     estimate : callable, optional
         ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
+    forecasts : ForecastTracker, optional
+        Records first sightings' forecasts and derived outcomes after the
+        publication (:mod:`vecsched.service.forecast_job`); its failure is
+        logged and never fails the cycle.
 
     Returns
     -------
@@ -196,11 +201,21 @@ def run_cycle(
         report.superseded = not switched
         report.published = len(ids) if switched else 0
         report.ok = True
+        if forecasts is not None:
+            _observe_forecasts(forecasts, snapshot, estimates, now)
     except Exception as exc:  # noqa: BLE001 - a cycle must never take the job down
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
     (log.info if report.ok else log.warning)(report.line())
     return report
+
+
+def _observe_forecasts(tracker: Any, snapshot: Snapshot, estimates: Any, now: float) -> None:
+    try:
+        tracker.observe(snapshot, estimates, now)
+    except Exception as exc:  # noqa: BLE001 - shadow forecasts never fail a cycle
+        log.warning("forecast recording failed: %s", type(exc).__name__)
+        log.debug("forecast recording failed", exc_info=True)
 
 
 def _jsonable(value: Any) -> Any:
@@ -266,7 +281,7 @@ def run_service(
         "interval",
         seconds=interval,
         args=(load, store, clock),
-        kwargs={"interval": interval},
+        kwargs={"interval": interval, "forecasts": forecast_tracker(store)},
         id="vecsched-cycle",
         max_instances=1,
         coalesce=True,
@@ -289,6 +304,13 @@ def run_service(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("vecsched job stopped")
+
+
+def forecast_tracker(store: Store) -> Any:
+    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database."""
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    return ForecastTracker(recorder_for(store))
 
 
 def _utcnow() -> Any:
