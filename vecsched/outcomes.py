@@ -93,17 +93,21 @@ class OutcomeWriter:
                 self._idle.set()
 
     def _write(self, batch: list[tuple[str, str, Any, Any]]) -> None:
-        try:
-            rows = [(str(rid), field, float(at), None if expiry is None else float(expiry))
-                    for rid, field, at, expiry in batch]
-        except Exception:  # noqa: BLE001 - a malformed event is dropped, never raised
-            self._drop("processing_error", len(batch))
+        rows, bad = [], 0
+        for rid, field, at, expiry in batch:
+            try:
+                rows.append((str(rid), field, float(at), None if expiry is None else float(expiry)))
+            except Exception:  # noqa: BLE001 - a malformed event is dropped alone, never raised
+                bad += 1
+        if bad:
+            self._drop("processing_error", bad)
+        if not rows:
             return
         try:
             self.recorder.record_outcomes(rows)
         except Exception as exc:  # noqa: BLE001
             reason = "store_error" if _is_store_error(exc) else "processing_error"
-            self._drop(reason, len(batch))
+            self._drop(reason, len(rows))
             log.debug("outcome batch dropped (%s)", reason, exc_info=True)
 
     def flush(self, timeout: float = 10.0) -> bool:

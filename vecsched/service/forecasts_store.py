@@ -181,7 +181,7 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
             out.append(pair("stall", started, observed=0.0))
         elif expired is not None and cancelled is None:
             out.append(pair("stall", expired, observed=1.0))
-        if cancelled is not None and started is None:
+        if cancelled is not None:
             out.append(pair("cancelled", cancelled))
     return out
 

@@ -8,7 +8,7 @@ window's validated pairs:
   of |p50 - observed|; ``p90_coverage``: share of observed <= p90;
 - ``expired_share``, ``cancelled_share``: of the estimator's forecasts of the
   gentype in the window, the share whose request expired unstarted, or was
-  cancelled before starting (so nobody looks good by what it leaves out);
+  cancelled (so nobody looks good by what it leaves out);
 - ``enough_pairs``: at least 10,000 pairs; ``passes``: the levels alone
   (within >= 80%, p90 error <= 120 s, 85% <= coverage <= 95%).
 
