@@ -67,6 +67,12 @@ class ForecastTracker:
         # Requests forecast by this process and not yet resolved.
         self.tracked = pd.DataFrame({"expiry": pd.Series(dtype=float), "started": pd.Series(dtype=bool)})
 
+    def estimate(self, snapshot: Any) -> Any:
+        """:func:`vecsched.estimate` with forecasts only for requests this tracker has not recorded."""
+        from vecsched.core.estimate import estimate
+
+        return estimate(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object))
+
     def observe(self, snapshot: Any, estimates: Any, now: float) -> dict[str, int]:
         """Run steps 1 to 3 for one cycle; return how many forecasts and outcomes were recorded."""
         recorded = self._record_new(snapshot, estimates, now)

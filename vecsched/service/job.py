@@ -175,6 +175,8 @@ def run_cycle(
     >>> report.ok, report.error
     (False, 'ConnectionError: database down')
     """
+    if estimate is None and forecasts is not None:
+        estimate = forecasts.estimate  # forecasts only for requests not yet recorded
     estimate = _default_estimate if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
