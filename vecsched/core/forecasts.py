@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
+import pandas as pd
 
 from vecsched.core.groups import pack_words, unique_rows
 from vecsched.snapshot.schema import IMAGE, TEXT
@@ -445,5 +446,5 @@ def forecast_inputs(
         throughput=throughput,
         inflight=inflight,
         queues=tuple(queues),
-        wanted=None if skip is None else ~np.isin(rq.ids, np.asarray(list(skip), dtype=object)),
+        wanted=None if skip is None else ~pd.Index(rq.ids).isin(pd.Index(list(skip))),
     )
