@@ -20,10 +20,11 @@ def add_commands(subparsers: Any) -> None:
         "Scenarios: " + "; ".join(f"{k}: {v.description}" for k, v in SCENARIOS.items()),
     )
     p.add_argument("scenario", choices=[*SCENARIOS, "all"], help="scenario name, or 'all' for the suite")
-    p.add_argument("--minutes", type=float, default=10.0, help="measured window in minutes (default 10)")
+    p.add_argument("--minutes", type=float, default=10.0, help="measured window in minutes")
     p.add_argument("--seed", type=int, action="append",
-                   help="seed; repeat for several (promotion.json pools them; default 0)")
-    p.add_argument("--every", type=float, default=30.0, help="seconds between snapshots (default 30)")
+                   help="random seed (the same seed gives the same run); repeat for several: "
+                   "promotion.json pools them (default 0)")
+    p.add_argument("--every", type=float, default=30.0, help="seconds between snapshots")
     p.add_argument("--tail", type=float, default=1200.0, help="seconds simulated after the window so outcomes resolve")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="write events.jsonl, snapshots/, pairs.csv, accuracy.md (first seed) and promotion.json here")

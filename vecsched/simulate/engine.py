@@ -228,7 +228,7 @@ class SimRequest:
         self.key = (-(self.base_priority - AGING_STEP * tick), self.created, self.id)
         if self.gentype == IMAGE:
             caps, allow = 0, []
-            img2img = self.source_image or self.source_processing != 0
+            img2img = self.source_image  # SPEC 3, image rule 9: not source_processing
             self.painting = self.source_processing in (2, 3)
             for used, cap, flag in (
                 (img2img, "img2img", "img2img"),

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
-from vecsched.simulate.engine import SimRequest, SimWorker, Simulation
+from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
 from vecsched.simulate.realism import Realism
 from vecsched.simulate.realism import apply as apply_realism
 from vecsched.simulate.realism import arrivals as realistic_arrivals
@@ -348,13 +348,14 @@ class Population:
 
 
 def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
-          tail: float = 0.0) -> tuple[Simulation, Population]:
+          tail: float = 0.0, *, start: float = EPOCH) -> tuple[Simulation, Population]:
     """A simulation with the scenario's population and processes scheduled.
 
-    Arrivals and churn run from the start through ``warmup + minutes * 60 +
-    tail`` seconds; nothing has happened yet (call ``sim.run_until``).
+    Arrivals and churn run from ``start`` (epoch seconds) through ``warmup +
+    minutes * 60 + tail`` seconds (``minutes`` may be infinite: a horde that
+    never stops); nothing has happened yet (call ``sim.run_until``).
     """
-    sim = Simulation(seed)
+    sim = Simulation(seed, start=start)
     pop = Population(sim, scenario)
     if scenario.realism is not None:
         apply_realism(sim, pop, scenario.realism)
