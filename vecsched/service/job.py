@@ -403,7 +403,23 @@ def run_service(
 
 
 def forecast_tracker(store: Store) -> Any:
-    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database."""
+    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database.
+
+    Parameters
+    ----------
+    store : Store
+        The publication store; forecasts go to the same Redis (prefix) or database.
+
+    Returns
+    -------
+    ForecastTracker
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> type(forecast_tracker(SQLStore("sqlite://"))).__name__
+    'ForecastTracker'
+    """
     from vecsched.service.forecast_job import ForecastTracker, recorder_for
 
     return ForecastTracker(recorder_for(store))
