@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from vecsched.snapshot.schema import IMAGE, TEXT
@@ -133,10 +133,11 @@ def arrivals(pop: "Population", realism: Realism, gentype: int, rate: float, unt
         if sim.now >= until:
             return
         r = pop.request(gentype)
-        if len(r.models) == 1 and not r.painting and sim.rng.random() < realism.served_share:
+        painting = gentype == IMAGE and r.source_processing in (2, 3)  # keeps its inpainting model
+        if len(r.models) == 1 and not painting and sim.rng.random() < realism.served_share:
             model = _served_model(sim, gentype)
             if model is not None:
-                r.models, r.model_set = (model,), frozenset((model,))
+                r = replace(r, models=(model,))  # derived fields (model set, gate row) follow
         sim.add_request(r)
         if sim.rng.random() < realism.impatient_share:
             patience = sim.rng.weibullvariate(realism.patience_scale, realism.patience_shape)
