@@ -182,16 +182,11 @@ def _use_horde_figures(columns: dict[str, np.ndarray], rows: np.ndarray) -> None
 
 def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, aware: bool) -> Eligibility:
     """Eligibility of the waiting requests ``mine`` (all of ``gentype``)."""
-    n = len(batch.queue.index)
-    in_mine = np.full(n, -1, dtype=np.int64)
-    in_mine[mine] = np.arange(len(mine))
-    ex_w, ex_r = batch.excluded
-    sel = np.isin(ex_r, mine)
     return eligibility(
         batch.workers,
         take_rows(batch.queue, mine),
         gentype,
-        (ex_w[sel], in_mine[ex_r[sel]]),
+        _excluded_among(batch, mine),
         vocabulary_size,
         with_competition=aware,
     )
@@ -200,26 +195,27 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size:
 def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
            elig: Eligibility) -> None:
     """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
+    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
+                     batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names))
+    for name, values in pressure.items():
+        columns[name][mine] = values
+
+
+def _excluded_among(batch: _Batch, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The excluded pairs of the requests ``mine``, as (worker, position within ``mine``)."""
     in_mine = np.full(len(batch.queue.index), -1, dtype=np.int64)
     in_mine[mine] = np.arange(len(mine))
     ex_w, ex_r = batch.excluded
     sel = np.isin(ex_r, mine)
-    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
-                     batch.progress["processing"][mine], (ex_w[sel], in_mine[ex_r[sel]]), len(snapshot.model_names))
-    for name, values in pressure.items():
-        columns[name][mine] = values
+    return ex_w[sel], in_mine[ex_r[sel]]
+
+
 def _forecast_queue(
     batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, elig: Eligibility, horde: dict[str, Any]
 ) -> _forecasts.GentypeQueue:
     """What the forecasts stage reads of one gentype (its eligible sets built only if asked)."""
-    n = len(batch.queue.index)
-    in_mine = np.full(n, -1, dtype=np.int64)
-    in_mine[mine] = np.arange(len(mine))
-    ex_w, ex_r = batch.excluded
-    sel = np.isin(ex_r, mine)
     return _forecasts.gentype_queue(batch.workers, take_rows(batch.queue, mine), gentype,
-                                    (ex_w[sel], in_mine[ex_r[sel]]), vocabulary_size, elig, mine,
-                                    horde["mean_speed"])
+                                    _excluded_among(batch, mine), vocabulary_size, elig, mine, horde["mean_speed"])
 
 
 @dataclass(frozen=True)
