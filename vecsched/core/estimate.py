@@ -21,6 +21,7 @@ from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCE
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import eligibility
 from vecsched.core import forecasts as _forecasts
+from vecsched.core import replay as _replay  # noqa: F401  (registers dispatch-replay-v1)
 from vecsched.core.result import EstimateOptions, Estimates
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
