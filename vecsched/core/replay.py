@@ -91,8 +91,9 @@ def _threads(snapshot: Any, worker_rows: np.ndarray, speed: np.ndarray, threads:
         request = pd.Index(snapshot.requests.id).get_indexer(jobs.request_id[running])
         ok = (worker >= 0) & (request >= 0)
         running, worker, request = running[ok], worker[ok], request[ok]
-        remaining = _job_output(snapshot, request) / speed[worker] - (snapshot.now - jobs.started[running])
-        busy_at, busy_worker = np.maximum(remaining, 0.0), worker
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = np.where(speed[worker] > 0, _job_output(snapshot, request) / speed[worker], np.inf)
+        busy_at, busy_worker = np.maximum(seconds - (snapshot.now - jobs.started[running]), 0.0), worker
     # A worker runs at most `threads` jobs: the longest-running beyond that are dropped.
     order = np.lexsort((busy_at, busy_worker))
     busy_at, busy_worker = busy_at[order], busy_worker[order]
@@ -161,7 +162,8 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     priority = np.concatenate([r.extra_priority[mine].astype(np.float64),
                                r.extra_priority[mine[template]] - settings.aging_per_second * shift])
     created = np.concatenate([-age, shift - age[template]])
-    tie = np.concatenate([inp.position[rows], np.full(len(template), np.iinfo(np.int64).max)])
+    # Ties (same priority and creation) keep queue order; a copy ranks by its template's place.
+    tie = np.concatenate([inp.position[rows], len(rows) + inp.position[rows][template]])
     order = np.lexsort((tie, created, -priority))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

@@ -21,7 +21,7 @@ try:  # pragma: no cover - which branch runs depends on the environment
 
     def jit(function):  # type: ignore[no-untyped-def]
         """Compile ``function`` with numba (cached on disk)."""
-        return _njit(cache=True, nogil=True)(function)
+        return _njit(cache=True, nogil=True, error_model="numpy")(function)
 
     COMPILED = True
 except ImportError:  # pragma: no cover
@@ -34,10 +34,16 @@ except ImportError:  # pragma: no cover
 
 
 @jit
+def _before(keys, vals, a, b):  # type: ignore[no-untyped-def]
+    # Ties of key go to the smaller value: a replay is a pure function of its input.
+    return keys[a] < keys[b] or (keys[a] == keys[b] and vals[a] < vals[b])
+
+
+@jit
 def _sift_up(keys, vals, base, k):  # type: ignore[no-untyped-def]
     while k > 0:
         parent = (k - 1) >> 1
-        if keys[base + parent] <= keys[base + k]:
+        if not _before(keys, vals, base + k, base + parent):
             break
         keys[base + parent], keys[base + k] = keys[base + k], keys[base + parent]
         vals[base + parent], vals[base + k] = vals[base + k], vals[base + parent]
@@ -50,9 +56,9 @@ def _sift_down(keys, vals, base, size, k):  # type: ignore[no-untyped-def]
         child = 2 * k + 1
         if child >= size:
             break
-        if child + 1 < size and keys[base + child + 1] < keys[base + child]:
+        if child + 1 < size and _before(keys, vals, base + child + 1, base + child):
             child += 1
-        if keys[base + k] <= keys[base + child]:
+        if not _before(keys, vals, base + child, base + k):
             break
         keys[base + child], keys[base + k] = keys[base + k], keys[base + child]
         vals[base + child], vals[base + k] = vals[base + k], vals[base + child]
@@ -169,7 +175,7 @@ def replay_loop(  # type: ignore[no-untyped-def]
             continue
         if start[r] < 0:
             start[r] = t
-        finish = t + output[r] / speed[w]
+        finish = t + output[r] / speed[w] if speed[w] > 0 else np.inf
         if finish > done[r]:
             done[r] = finish
         left[r] -= 1
