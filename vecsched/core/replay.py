@@ -26,6 +26,7 @@ import pandas as pd
 
 from vecsched.core import rules
 from vecsched.core.calibration import calibrated_p90
+from vecsched.core.groups import pack_words, unique_rows
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
 from vecsched.core.replay_kernel import replay_loop
 from vecsched.snapshot.schema import JOB_PROCESSING, TEXT
@@ -183,10 +184,11 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
 
 
 def _queues(q: _Queue, masks: np.ndarray, priority_users: list[tuple[str, ...]]) -> tuple[np.ndarray, ...]:
-    """Split each eligible set by owner where some worker serves that owner first; each worker's queues.
+    """Split each eligible set by owner where some worker serves that owner first; who serves which queue.
 
-    Returns (queue of each request, heap bases, capacities, CSR of every
-    worker's queues, CSR of its priority-pass queues).
+    Returns (queue of each request, heap bases, capacities, each worker's
+    column, CSR of each column's queues, CSR by queue of the positions in
+    that list, CSR of each worker's priority-pass queues).
     """
     names = pd.Index(q.user_names)
     favoured = np.zeros(len(names) + 1, dtype=bool)
@@ -205,15 +207,23 @@ def _queues(q: _Queue, masks: np.ndarray, priority_users: list[tuple[str, ...]])
     queue_of[has] = inverse.ravel()
     capacity = np.bincount(queue_of[has], minlength=len(pairs)).astype(np.int64)
     base = (np.cumsum(capacity) - capacity).astype(np.int64)
-    q_idx, w_idx = np.nonzero(masks[pairs[:, 0]]) if len(pairs) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    by_worker = np.lexsort((q_idx, w_idx))
-    q_idx, w_idx = q_idx[by_worker], w_idx[by_worker]
     n_workers = masks.shape[1]
-    wq_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx, minlength=n_workers))]).astype(np.int64)
+    membership = masks[pairs[:, 0]].T if len(pairs) else np.zeros((n_workers, 0), dtype=bool)
+    # Workers that serve exactly the same queues share one column (and one heap of heads).
+    first, column = unique_rows(pack_words(np.ascontiguousarray(membership)))
+    if n_workers == 0:
+        first, column = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    c_idx, q_idx = np.nonzero(membership[first])  # row-major: grouped by column, queues ascending
+    cq_ptr = np.concatenate([[0], np.cumsum(np.bincount(c_idx, minlength=len(first)))]).astype(np.int64)
+    by_queue = np.argsort(q_idx, kind="stable")
+    qc_ptr = np.concatenate([[0], np.cumsum(np.bincount(q_idx, minlength=len(pairs)))]).astype(np.int64)
+    w_idx, wq_idx = np.nonzero(membership)
     pass_key = np.asarray(wp_worker, dtype=np.int64) * (len(names) + 1) + np.asarray(wp_user, dtype=np.int64)
-    in_pass = (pairs[q_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[q_idx, 1], pass_key)
+    in_pass = (pairs[wq_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[wq_idx, 1], pass_key)
     wp_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx[in_pass], minlength=n_workers))]).astype(np.int64)
-    return queue_of, base, capacity, wq_ptr, q_idx.astype(np.int64), wp_ptr, q_idx[in_pass].astype(np.int64)
+    return (queue_of, base, capacity, column.astype(np.int64), cq_ptr, q_idx.astype(np.int64), qc_ptr,
+            by_queue.astype(np.int64), wp_ptr, wq_idx[in_pass].astype(np.int64))
+
 
 
 def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
@@ -233,11 +243,11 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     deadlines = np.where(started, 0.0, inp.seconds_left[rows])[reachable]
     horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon)
-    queue_of, base, capacity, wq_ptr, wq, wp_ptr, wp = _queues(
+    queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
     start, done, turn, left = replay_loop(
-        free_at, thread_worker, speed, wq_ptr, wq, wp_ptr, wp, queue_of, base, capacity,
+        free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
         q.jobs, q.output, q.arrival, q.deadline, horizon, settings.poll, settings.overhead)
     k = q.rank_of_row
     s, c = start[k], done[k]

@@ -103,8 +103,53 @@ def _head(q, t, qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # typ
 
 
 @jit
-def _pick(w, t, wq_ptr, wq, wp_ptr, wp, qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """Worker ``w``'s next request at ``t``: its priority pass first, then every queue it serves."""
+def _best_of(c, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, qkeys, qvals, qbase, qsize,
+             left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """The first request any queue of column ``c`` offers at ``t``, and its queue (-1, -1: none).
+
+    Column ``c``'s heap holds (head, position) entries; an entry is live while
+    ``pushed[position]`` still equals its head. A queue whose head moved on is
+    pushed again with its new head when its stale entry reaches the top.
+    """
+    base = cbase[c]
+    while csize[c] > 0:
+        rank = ckeys[base]
+        p = cvals[base]
+        if pushed[p] != rank:  # superseded by a later push
+            csize[c] = heap_pop(ckeys, cvals, base, csize[c])
+            continue
+        q = cq[p]
+        h = _head(q, t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+        if h == rank:
+            return h, q
+        csize[c] = heap_pop(ckeys, cvals, base, csize[c])
+        pushed[p] = h
+        if h >= 0:
+            _column_push(c, p, h, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
+                         qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+    return -1, -1
+
+
+@jit
+def _column_push(c, p, h, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
+                 qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """Push (h, p) on column ``c``'s heap; when full, rebuild it from its queues' current heads."""
+    if csize[c] < ccap[c]:
+        pushed[p] = h
+        csize[c] = heap_push(ckeys, cvals, cbase[c], csize[c], h, p)
+        return
+    csize[c] = 0
+    for k in range(cq_ptr[c], cq_ptr[c + 1]):
+        head = _head(cq[k], t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+        pushed[k] = head
+        if head >= 0:
+            csize[c] = heap_push(ckeys, cvals, cbase[c], csize[c], head, k)
+
+
+@jit
+def _pick(w, t, column, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, wp_ptr, wp,
+          qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """Worker ``w``'s next request at ``t``: its priority pass first, then its column's best head."""
     best, best_q = -1, -1
     for k in range(wp_ptr[w], wp_ptr[w + 1]):
         r = _head(wp[k], t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
@@ -112,34 +157,48 @@ def _pick(w, t, wq_ptr, wq, wp_ptr, wp, qkeys, qvals, qbase, qsize, left, deadli
             best, best_q = r, wp[k]
     if best >= 0:
         return best, best_q
-    for k in range(wq_ptr[w], wq_ptr[w + 1]):
-        r = _head(wq[k], t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-        if r >= 0 and (best < 0 or r < best):
-            best, best_q = r, wq[k]
-    return best, best_q
+    return _best_of(column[w], t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
+                    qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+
+
+@jit
+def _admit(r, q, t, qc_ptr, qc, col_of, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
+           qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """Request ``r`` arrives in queue ``q``; if it heads the queue now, every column serving ``q`` hears of it."""
+    qsize[q] = heap_push(qkeys, qvals, qbase[q], qsize[q], r, r)
+    if qvals[qbase[q]] != r:
+        return
+    for k in range(qc_ptr[q], qc_ptr[q + 1]):
+        p = qc[k]
+        if pushed[p] < 0 or r < pushed[p]:
+            _column_push(col_of[p], p, r, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
+                         qkeys, qvals, qbase, qsize, left, deadline, start, turn)
 
 
 @jit
 def replay_loop(  # type: ignore[no-untyped-def]
-    free_at, thread_worker, speed, wq_ptr, wq, wp_ptr, wp,
+    free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp,
     queue_of, qbase, qcap, jobs, output, arrival, deadline,
     horizon, poll, overhead,
 ):
     """Replay dispatch; per request (first assignment, completion, turn, jobs left), -1 where none.
 
     ``free_at``/``thread_worker``: one entry per thread (seconds from now it
-    frees, its worker). ``wq``/``wp`` (CSR by worker): the queues a worker
-    serves, and those of its priority pass. Per request (queue order):
-    ``queue_of``, ``jobs`` to hand out, ``output`` per job, ``arrival``
-    (seconds from now; requests arrive in order of it, as sorted by the
-    caller) and ``deadline`` (expiry). ``qbase``/``qcap`` lay the queues'
-    heaps out in one array. A thread with nothing to take polls again after
-    ``poll`` seconds, or at the next arrival when later. The loop ends at
-    ``horizon``. A request that starts before the replay (a job in flight)
-    has an infinite deadline: only a first assignment can be missed.
+    frees, its worker). Workers that serve exactly the same queues share a
+    *column*: ``column`` per worker, ``cq`` (CSR by column) its queues, and
+    ``qc`` (CSR by queue) the positions in ``cq`` that name each queue.
+    ``wp`` (CSR by worker): the queues of the worker's priority pass. Per
+    request (queue order): ``queue_of``, ``jobs`` to hand out, ``output`` per
+    job, ``arrival`` (seconds from now) and ``deadline`` (expiry).
+    ``qbase``/``qcap`` lay the queues' heaps out in one array. A thread with
+    nothing to take polls again after ``poll`` seconds, or at the next arrival
+    when later. The loop ends at ``horizon``. A request that starts before the
+    replay (a job in flight) has an infinite deadline: only a first assignment
+    can be missed.
     """
     n_req = len(jobs)
     n_q = len(qbase)
+    n_col = len(cq_ptr) - 1
     start = np.full(n_req, -1.0)
     done = np.full(n_req, -1.0)
     turn = np.full(n_req, -1.0)
@@ -147,6 +206,18 @@ def replay_loop(  # type: ignore[no-untyped-def]
     qkeys = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
     qvals = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
     qsize = np.zeros(n_q, dtype=np.int64)
+    ccap = 2 * (cq_ptr[1:] - cq_ptr[:-1]) + 8
+    cbase = np.zeros(n_col, dtype=np.int64)
+    for c in range(1, n_col):
+        cbase[c] = cbase[c - 1] + ccap[c - 1]
+    ckeys = np.zeros(max(1, int(ccap.sum())), dtype=np.int64)
+    cvals = np.zeros(max(1, int(ccap.sum())), dtype=np.int64)
+    csize = np.zeros(n_col, dtype=np.int64)
+    pushed = np.full(max(1, len(cq)), -1, dtype=np.int64)
+    col_of = np.zeros(max(1, len(cq)), dtype=np.int64)
+    for c in range(n_col):
+        for k in range(cq_ptr[c], cq_ptr[c + 1]):
+            col_of[k] = c
     tkeys = free_at.copy()
     tvals = thread_worker.copy()
     tsize = 0
@@ -162,11 +233,12 @@ def replay_loop(  # type: ignore[no-untyped-def]
             break
         while next_arrival < n_req and arrival[order[next_arrival]] <= t:
             r = order[next_arrival]
-            q = queue_of[r]
-            if q >= 0:
-                qsize[q] = heap_push(qkeys, qvals, qbase[q], qsize[q], r, r)
+            if queue_of[r] >= 0:
+                _admit(r, queue_of[r], t, qc_ptr, qc, col_of, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize,
+                       pushed, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
             next_arrival += 1
-        r, q = _pick(w, t, wq_ptr, wq, wp_ptr, wp, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+        r, q = _pick(w, t, column, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, wp_ptr, wp,
+                     qkeys, qvals, qbase, qsize, left, deadline, start, turn)
         if r < 0:
             wake = t + poll
             if next_arrival < n_req and arrival[order[next_arrival]] > wake:
