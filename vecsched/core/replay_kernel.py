@@ -9,7 +9,9 @@ without it the very same functions run as plain Python.
 Requests are numbered in queue order (0 first), so a smaller number is a
 higher priority. Each *queue* (an eligible worker set, split by the owners that
 some worker serves in its priority pass) holds its requests in a min-heap of
-those numbers; a free thread looks only at the heads of its worker's queues.
+those numbers; a free thread compares only the heads of its worker's queues
+(a tight loop over one small array), never the requests behind them, and
+skips at once when none of them holds anything.
 """
 
 from __future__ import annotations
@@ -84,95 +86,64 @@ def heap_pop(keys, vals, base, size):  # type: ignore[no-untyped-def]
     return size
 
 
-@jit
-def _head(q, t, qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """The first request of queue ``q`` a thread free at ``t`` may take (-1: none).
-
-    Requests whose expiry passed before their first job was handed out leave
-    the queue here; ``turn`` keeps when a thread first found one expired.
-    """
-    while qsize[q] > 0:
-        r = qvals[qbase[q]]
-        if left[r] > 0 and (start[r] >= 0 or deadline[r] > t):
-            return r
-        if left[r] > 0 and turn[r] < 0:
-            turn[r] = t
-        left[r] = 0
-        qsize[q] = heap_pop(qkeys, qvals, qbase[q], qsize[q])
-    return -1
+BIG = np.iinfo(np.int64).max  # head of an empty queue
 
 
 @jit
-def _best_of(c, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, qkeys, qvals, qbase, qsize,
-             left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """The first request any queue of column ``c`` offers at ``t``, and its queue (-1, -1: none).
-
-    Column ``c``'s heap holds (head, position) entries; an entry is live while
-    ``pushed[position]`` still equals its head. A queue whose head moved on is
-    pushed again with its new head when its stale entry reaches the top.
-    """
-    base = cbase[c]
-    while csize[c] > 0:
-        rank = ckeys[base]
-        p = cvals[base]
-        if pushed[p] != rank:  # superseded by a later push
-            csize[c] = heap_pop(ckeys, cvals, base, csize[c])
-            continue
-        q = cq[p]
-        h = _head(q, t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-        if h == rank:
-            return h, q
-        csize[c] = heap_pop(ckeys, cvals, base, csize[c])
-        pushed[p] = h
-        if h >= 0:
-            _column_push(c, p, h, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
-                         qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-    return -1, -1
-
-
-@jit
-def _column_push(c, p, h, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
-                 qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """Push (h, p) on column ``c``'s heap; when full, rebuild it from its queues' current heads."""
-    if csize[c] < ccap[c]:
-        pushed[p] = h
-        csize[c] = heap_push(ckeys, cvals, cbase[c], csize[c], h, p)
+def _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of):  # type: ignore[no-untyped-def]
+    """Remove queue ``q``'s first request; keep ``head`` and the columns' counts of non-empty queues."""
+    qsize[q] = heap_pop(qkeys, qvals, qbase[q], qsize[q])
+    if qsize[q] > 0:
+        head[q] = qvals[qbase[q]]
         return
-    csize[c] = 0
-    for k in range(cq_ptr[c], cq_ptr[c + 1]):
-        head = _head(cq[k], t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-        pushed[k] = head
-        if head >= 0:
-            csize[c] = heap_push(ckeys, cvals, cbase[c], csize[c], head, k)
-
-
-@jit
-def _pick(w, t, column, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, wp_ptr, wp,
-          qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """Worker ``w``'s next request at ``t``: its priority pass first, then its column's best head."""
-    best, best_q = -1, -1
-    for k in range(wp_ptr[w], wp_ptr[w + 1]):
-        r = _head(wp[k], t, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-        if r >= 0 and (best < 0 or r < best):
-            best, best_q = r, wp[k]
-    if best >= 0:
-        return best, best_q
-    return _best_of(column[w], t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
-                    qkeys, qvals, qbase, qsize, left, deadline, start, turn)
-
-
-@jit
-def _admit(r, q, t, qc_ptr, qc, col_of, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
-           qkeys, qvals, qbase, qsize, left, deadline, start, turn):  # type: ignore[no-untyped-def]
-    """Request ``r`` arrives in queue ``q``; if it heads the queue now, every column serving ``q`` hears of it."""
-    qsize[q] = heap_push(qkeys, qvals, qbase[q], qsize[q], r, r)
-    if qvals[qbase[q]] != r:
-        return
+    head[q] = BIG
     for k in range(qc_ptr[q], qc_ptr[q + 1]):
-        p = qc[k]
-        if pushed[p] < 0 or r < pushed[p]:
-            _column_push(col_of[p], p, r, t, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed,
-                         qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+        nonempty[col_of[k]] -= 1
+
+
+@jit
+def _push(r, q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of):  # type: ignore[no-untyped-def]
+    """Request ``r`` joins queue ``q``."""
+    if qsize[q] == 0:
+        for k in range(qc_ptr[q], qc_ptr[q + 1]):
+            nonempty[col_of[k]] += 1
+    qsize[q] = heap_push(qkeys, qvals, qbase[q], qsize[q], r, r)
+    head[q] = qvals[qbase[q]]
+
+
+@jit
+def _first(lists, lo, hi, head):  # type: ignore[no-untyped-def]
+    """The queue among ``lists[lo:hi]`` whose head comes first (-1: all empty)."""
+    best, best_q = BIG, -1
+    for k in range(lo, hi):
+        q = lists[k]
+        if head[q] < best:
+            best, best_q = head[q], q
+    return best_q
+
+
+@jit
+def _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of,
+          left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """Worker ``w``'s next request at ``t`` and its queue: its priority pass first, then every queue it serves.
+
+    A first request found expired (its deadline passed before any job of it
+    was handed out) leaves its queue, ``turn`` keeps when, and the search
+    starts again.
+    """
+    c = column[w]
+    while True:
+        q = _first(wp, wp_ptr[w], wp_ptr[w + 1], head)
+        if q < 0 and nonempty[c] > 0:
+            q = _first(cq, cq_ptr[c], cq_ptr[c + 1], head)
+        if q < 0:
+            return -1, -1
+        r = head[q]
+        if start[r] >= 0 or deadline[r] > t:
+            return r, q
+        turn[r] = t
+        left[r] = 0
+        _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
 
 
 @jit
@@ -206,18 +177,13 @@ def replay_loop(  # type: ignore[no-untyped-def]
     qkeys = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
     qvals = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
     qsize = np.zeros(n_q, dtype=np.int64)
-    ccap = 2 * (cq_ptr[1:] - cq_ptr[:-1]) + 8
-    cbase = np.zeros(n_col, dtype=np.int64)
-    for c in range(1, n_col):
-        cbase[c] = cbase[c - 1] + ccap[c - 1]
-    ckeys = np.zeros(max(1, int(ccap.sum())), dtype=np.int64)
-    cvals = np.zeros(max(1, int(ccap.sum())), dtype=np.int64)
-    csize = np.zeros(n_col, dtype=np.int64)
-    pushed = np.full(max(1, len(cq)), -1, dtype=np.int64)
-    col_of = np.zeros(max(1, len(cq)), dtype=np.int64)
+    head = np.full(n_q, BIG, dtype=np.int64)
+    nonempty = np.zeros(max(1, n_col), dtype=np.int64)
+    col_of = np.zeros(max(1, len(qc)), dtype=np.int64)  # per entry of qc: the column it names
     for c in range(n_col):
         for k in range(cq_ptr[c], cq_ptr[c + 1]):
             col_of[k] = c
+    col_of = col_of[qc] if len(qc) else col_of
     tkeys = free_at.copy()
     tvals = thread_worker.copy()
     tsize = 0
@@ -234,11 +200,10 @@ def replay_loop(  # type: ignore[no-untyped-def]
         while next_arrival < n_req and arrival[order[next_arrival]] <= t:
             r = order[next_arrival]
             if queue_of[r] >= 0:
-                _admit(r, queue_of[r], t, qc_ptr, qc, col_of, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize,
-                       pushed, qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+                _push(r, queue_of[r], qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
             next_arrival += 1
-        r, q = _pick(w, t, column, cq, cbase, ccap, cq_ptr, ckeys, cvals, csize, pushed, wp_ptr, wp,
-                     qkeys, qvals, qbase, qsize, left, deadline, start, turn)
+        r, q = _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty,
+                     qc_ptr, col_of, left, deadline, start, turn)
         if r < 0:
             wake = t + poll
             if next_arrival < n_req and arrival[order[next_arrival]] > wake:
@@ -252,6 +217,6 @@ def replay_loop(  # type: ignore[no-untyped-def]
             done[r] = finish
         left[r] -= 1
         if left[r] == 0:
-            qsize[q] = heap_pop(qkeys, qvals, qbase[q], qsize[q])
+            _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
         tsize = heap_push(tkeys, tvals, 0, tsize, finish + overhead, w)
     return start, done, turn, left
