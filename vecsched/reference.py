@@ -191,7 +191,8 @@ def bridge_capabilities(agent: str) -> frozenset[str]:
 def image_options(request: Mapping[str, Any]) -> list[tuple[str, str | None, str]]:
     """The options an image request uses: (option, worker allow flag or None, capability)."""
     used = []
-    if request["source_image"] or request["source_processing"] != "txt2img":
+    # SPEC 3, image rule 9: a source image makes img2img; source_processing alone does not.
+    if request["source_image"]:
         used.append(("img2img", "allow_img2img", "img2img"))
     if request["source_processing"] in ("inpainting", "outpainting"):
         used.append(("painting", "allow_painting", "inpainting"))

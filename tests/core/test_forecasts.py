@@ -135,3 +135,17 @@ def test_registry_runs_an_added_estimator() -> None:
         assert est.to_dict()["estimates"]["a"]["forecasts"]["constant-test"]["completion_p50"] == 7.0
     finally:
         del F.ESTIMATORS["constant-test"]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=hordes(max_workers=8, max_requests=14))
+def test_skipped_requests_change_nothing_for_the_others(doc: dict) -> None:
+    # The job asks only for requests it has not recorded: the others' values must not move.
+    snapshot = vecsched.load_snapshot(doc)
+    full = vecsched.estimate(snapshot).to_frame()
+    skip = list(full.index[::2])
+    part = vecsched.estimate(snapshot, forecast_skip=skip).to_frame()
+    keep = [rid for rid in full.index if rid not in skip]
+    cols = [c for c in full.columns if c.startswith("forecast.")]
+    pd_testing = __import__("pandas").testing
+    pd_testing.assert_frame_equal(part.loc[keep, cols], full.loc[keep, cols], rtol=1e-9)

@@ -318,7 +318,8 @@ def _api_problems(path: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("module", ["service/store/redis", "service/store/sql", "service/store/base", "service/payload", "service/config", "service/read", "service/job"])
+@pytest.mark.parametrize("module", ["service/store/redis", "service/store/sql", "service/store/base", "service/payload", "service/config", "service/read", "service/job",
+                                    "service/top", "service/demo", "errors", "cli"])
 def test_public_api_has_type_hints_and_numpydoc(module) -> None:
     import vecsched
 

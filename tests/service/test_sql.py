@@ -133,7 +133,7 @@ def test_cli_init_load_dump(db_url: str, tmp_path, capsys) -> None:
     out = tmp_path / "out.json"
     snap.to_json(src)
     assert main(["db", "init", "--db", db_url]) == 0
-    assert main(["db", "load", str(src), "--db", db_url]) == 0
+    assert main(["db", "load", str(src), "--db", db_url, "--keep-times"]) == 0
     counts = json.loads(capsys.readouterr().out)
     assert counts["workers"] == len(snap.workers)
     assert main(["db", "dump", "-o", str(out), "--db", db_url, "--now", "2026-11-29T12:00:00Z"]) == 0

@@ -94,10 +94,17 @@ def _check_against_estimate(store, snapshot_path, now) -> int:
         for name in ("eligible_workers", "eligible_worker_threads", "waiting", "processing",
                      "finished", "restarted"):
             assert got[name] == int(getattr(row, name)), name
-    # requests that are not waiting are unknown, never position 0
-    not_waiting = set(snap.requests.id.tolist()) - set(frame.index)
-    for rid in list(not_waiting)[:20]:
-        assert status(rid, store=store, now=now)["unknown"] is True
+    # requests that are not waiting read faulted, done or unknown, never a queue position
+    r = snap.requests
+    kinds = {rid: "faulted" if f else "done" if not a else "unknown"
+             for rid, f, a in zip(r.id.tolist(), r.faulted.tolist(), r.active.tolist()) if rid not in frame.index}
+    assert set(kinds.values()) == {"faulted", "done", "unknown"}  # the synthetic horde has each kind
+    for rid, kind in kinds.items():
+        got = status(rid, store=store, now=now)
+        assert got.get(kind) is True, (rid, kind, got)
+        assert got.get("queue_position", 0) == 0 and "eligible_workers" not in got
+        if kind == "faulted":
+            assert got["done"] is False and got["is_possible"] is False
     return len(frame)
 
 
@@ -112,7 +119,7 @@ def test_end_to_end(backend, request, tmp_path) -> None:
     else:
         url = request.getfixturevalue("pg_url")
         store = request.getfixturevalue("redis_store")
-    assert main(["db", "load", str(src), "--db", url]) == 0
+    assert main(["db", "load", str(src), "--db", url, "--keep-times"]) == 0
     report = run_cycle(SQLLoader(url), store, lambda: source.now)
     assert report.ok, report.error
     assert report.requests == 3000 and report.published > 0

@@ -429,7 +429,7 @@ def test_image_slow_and_extra_slow_workers(figures: Figures) -> None:
 # (request fields, allow flag or None, first reGen version with the capability)
 OPTIONS = {
     "source_image": ({"source_image": True}, "allow_img2img", 1),
-    "img2img": ({"source_processing": "img2img"}, "allow_img2img", 1),
+    "img2img": ({"source_image": True, "source_processing": "img2img"}, "allow_img2img", 1),
     "post_processing": ({"post_processing": 2}, "allow_post_processing", 1),
     "controlnet": ({"control_type": True}, "allow_controlnet", 1),
     "loras": ({"loras": True}, "allow_lora", 2),
@@ -469,8 +469,8 @@ def test_painting_needs_allow_flag_capability_and_an_inpainting_model(figures: F
             image_worker("old_bridge", models=["AAM XL", "Deliberate Inpainting"], bridge_agent="AI Horde Worker reGen:0:x"),
         ],
         requests=[
-            image_request("inpaint", source_processing="inpainting"),
-            image_request("outpaint", source_processing="outpainting", ago=30),
+            image_request("inpaint", source_processing="inpainting", source_image=True),
+            image_request("outpaint", source_processing="outpainting", source_image=True, ago=30),
             image_request("txt2img", ago=20),
         ],
     )
@@ -478,6 +478,24 @@ def test_painting_needs_allow_flag_capability_and_an_inpainting_model(figures: F
     expect(f, "inpaint", eligible_workers=1)
     expect(f, "outpaint", eligible_workers=1)
     expect(f, "txt2img", eligible_workers=4)  # r2 by default: the version-0 bridge has none
+
+
+@pytest.mark.parametrize("processing", ["img2img", "inpainting"])
+def test_source_processing_without_a_source_image_is_not_img2img(figures: Figures, processing: str) -> None:
+    # SPEC section 3, image rule 9: only a source image makes a request img2img.
+    doc = horde(
+        workers=[
+            image_worker("no_img2img", models=["AAM XL", "Deliberate Inpainting"], allow_img2img=False),
+            image_worker("img2img", models=["AAM XL", "Deliberate Inpainting"]),
+        ],
+        requests=[
+            image_request("no_source", source_processing=processing, r2=False),
+            image_request("with_source", source_processing=processing, source_image=True, r2=False, ago=30),
+        ],
+    )
+    f = figures(doc)
+    expect(f, "no_source", eligible_workers=2)
+    expect(f, "with_source", eligible_workers=1)
 
 
 def test_image_keeps_horde_wide_queue_unless_switched_on(figures: Figures) -> None:
@@ -593,3 +611,21 @@ def test_bridge_version_is_its_leading_integer(figures: Figures, request: pytest
         requests=[image_request("mine", extra_source_images=True)],
     )
     expect(figures(doc), "mine", eligible_workers=1)
+
+
+def test_simulator_needs_img2img_only_for_a_source_image() -> None:
+    # The simulator hands out jobs by the same SPEC rule the estimates follow.
+    from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
+
+    sim = Simulation(seed=0)
+    w = SimWorker("w", "u", 1, ("AAM XL",), true_speed=1e6, allow_img2img=False,
+                  bridge_agent=REGEN9)
+    sim.add_worker(w)
+    from vecsched.snapshot.schema import SOURCE_PROCESSING
+
+    img2img = SOURCE_PROCESSING.index("img2img")
+    alone = SimRequest("alone", "u2", 1, EPOCH, n=1, models=("AAM XL",), source_processing=img2img)
+    sourced = SimRequest("sourced", "u2", 1, EPOCH, n=1, models=("AAM XL",), source_processing=img2img,
+                         source_image=True)
+    assert sim.eligible(w, alone)
+    assert not sim.eligible(w, sourced)

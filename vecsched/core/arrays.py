@@ -191,7 +191,7 @@ def request_arrays(snapshot: Snapshot, user_codes: np.ndarray, worker_index: pd.
     )
     need = np.zeros(len(rows), dtype=np.uint16)
     for name, used in (
-        ("img2img", sub.source_image | (processing != SOURCE_PROCESSING.index("txt2img"))),
+        ("img2img", sub.source_image),  # SPEC 3 image 9: the source image alone decides
         ("painting", painting),
         ("post_processing", sub.post_processing > 0),
         ("controlnet", sub.control_type),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from time import perf_counter
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -174,7 +174,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
 
     with stages("forecasts"):
         inputs = _forecasts.forecast_inputs(
-            snapshot.now, rq, snapshot.requests.expiry[rq.index], position, work, inflight, columns, forecast_throughput, queues)
+            snapshot.now, rq, snapshot.requests.expiry[rq.index], position, work, inflight, columns, forecast_throughput, queues,
+            options.forecast_skip)
         forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
 
     return Estimates(
@@ -261,7 +262,9 @@ def _horde_wide(
     }
 
 
-def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estimates:
+def estimate(
+    snapshot: Snapshot, *, eligible_image_wait: bool = False, forecast_skip: Any = None, calibration: Any = None
+) -> Estimates:
     """Compute every waiting request's figures (SPEC.md sections 3 to 6) at once.
 
     Parameters
@@ -270,6 +273,10 @@ def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estima
         The horde at one instant.
     eligible_image_wait : bool, default False
         Give image requests eligibility-aware queue figures too.
+    forecast_skip : collection of str, optional
+        Request ids whose shadow forecasts are not needed (left unknown).
+    calibration : dict, optional
+        Per estimator name, what it is handed (``vecsched.core.forecasts``).
 
     Returns
     -------
@@ -290,5 +297,6 @@ def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estima
     >>> int(row.eligible_workers), int(row.queue_position), float(row.wait_time)
     (1, 0, 10.0)
     """
-    options = EstimateOptions(eligible_image_wait=eligible_image_wait)
+    options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
+                              forecast_skip=forecast_skip)
     return compute(snapshot, options)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
+import pandas as pd
 
 from vecsched.core.groups import pack_words, unique_rows
 from vecsched.snapshot.schema import IMAGE, TEXT
@@ -130,6 +131,8 @@ class ForecastInputs:
     output, tokens or pixel-steps), ``seconds_left`` to expiry, eligible
     ``threads`` and ``throughput`` (sum of speed x threads over A(i)), and
     ``inflight`` (the longest remaining time of its own jobs in flight).
+    ``wanted``: the rows to forecast (None: all); an estimator may skip the
+    others (the job wants only the requests it sees for the first time).
     """
 
     now: float
@@ -142,6 +145,8 @@ class ForecastInputs:
     throughput: np.ndarray
     inflight: np.ndarray
     queues: tuple[GentypeQueue, ...] = ()
+    # Rows whose forecasts are wanted (None: all); the others may be left unknown.
+    wanted: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.gentype)
@@ -238,7 +243,8 @@ class EligibleShareV1:
         for queue in inp.queues:
             if len(queue.rows) == 0:
                 continue
-            jobs_ahead, work_ahead = shared_work_ahead(inp, queue)
+            wanted = None if inp.wanted is None else inp.wanted[queue.rows]
+            jobs_ahead, work_ahead = shared_work_ahead(inp, queue, wanted)
             rows = queue.rows
             threads = inp.threads[rows].astype(np.float64)
             rate = inp.throughput[rows]
@@ -247,19 +253,23 @@ class EligibleShareV1:
                 s = work_ahead / (rate * np.minimum(1.0, jobs_ahead / threads))
                 c = (work_ahead + own_work) / (rate * np.minimum(1.0, (jobs_ahead + own_jobs) / threads))
             s = np.where(jobs_ahead <= 0, 0.0, s)
-            known = (threads > 0) & (rate > 0)
+            known = (threads > 0) & (rate > 0) & (True if wanted is None else wanted)
             start[rows] = np.where(known, s, np.nan)
             completion[rows] = np.where(known, c + inp.inflight[rows], np.nan)
         return provisional(start, completion, inp.seconds_left)
 
 
-def shared_work_ahead(inp: ForecastInputs, queue: GentypeQueue) -> tuple[np.ndarray, np.ndarray]:
+def shared_work_ahead(
+    inp: ForecastInputs, queue: GentypeQueue, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Jobs and work ahead of each request of ``queue``, each j charged T(A(i) & A(j)) / T(A(j)).
 
-    Returns arrays aligned with ``queue.rows``. Requests with no eligible
-    thread get 0 and are charged to nobody. Two equal ways to sum, the cheaper
-    is taken: per eligible set (sets x requests) or per *worker column* (the
-    workers that belong to exactly the same sets; columns x requests).
+    Returns arrays aligned with ``queue.rows`` (only the ``wanted`` ones are
+    computed when given). Requests with no eligible thread get 0 and are
+    charged to nobody. Two equal ways to sum: per eligible
+    set (sets x requests, dense; for small queues) or over the memberships of
+    requests in *worker columns* (workers that belong to exactly the same sets),
+    which costs the memberships alone.
     """
     set_of, masks, worker_threads = queue.eligible_sets()
     rows = queue.rows
@@ -278,8 +288,11 @@ def shared_work_ahead(inp: ForecastInputs, queue: GentypeQueue) -> tuple[np.ndar
     inverse = np.zeros(m)
     inverse[charged] = 1.0 / set_threads[sorted_set[charged]]
     units = np.stack([inp.n[rows][order] * inverse, inp.work[rows][order] * inverse])
-    sums = _by_columns if len(column_first) <= len(masks) else _by_sets
-    return sums(set_of, sorted_set, charged, columns, column_threads, units, rank)
+    member_set = set_of if wanted is None else np.where(wanted, set_of, -1)
+    dense_cost = len(np.unique(member_set[member_set >= 0])) * m
+    memberships = int(columns.sum(axis=1)[sorted_set[charged]].sum())
+    sums = _by_sets if dense_cost <= max(memberships, BLOCK) else _by_columns
+    return sums(member_set, sorted_set, charged, columns, column_threads, units, rank)
 
 
 def _by_sets(set_of, sorted_set, charged, columns, column_threads, units, rank):  # type: ignore[no-untyped-def]
@@ -290,37 +303,68 @@ def _by_sets(set_of, sorted_set, charged, columns, column_threads, units, rank):
     safe_set = np.maximum(sorted_set, 0)
     members = np.flatnonzero(set_of >= 0)
     by_set = members[np.argsort(set_of[members], kind="stable")]
-    bounds = np.searchsorted(set_of[by_set], np.arange(len(columns) + 1))
+    active = np.unique(set_of[members])  # only sets with a request to answer
+    bounds = np.searchsorted(set_of[by_set], np.r_[active, len(columns)])
     step = max(1, BLOCK // max(m, 1))
-    for first in range(0, len(columns), step):
-        block = np.arange(first, min(first + step, len(columns)))
+    for first in range(0, len(active), step):
+        block = active[first : first + step]
         # shared[a, s] = T(A_a & A_s): the threads set a's workers share with set s.
         share = (weighted[block] @ columns.T.astype(np.float64))[:, safe_set] * charged[None, :]
-        who = by_set[bounds[block[0]] : bounds[block[-1] + 1]]
+        who = by_set[bounds[first] : bounds[min(first + step, len(active))]]
+        local = np.searchsorted(block, set_of[who])
         for k in range(2):
             before = np.zeros((len(block), m + 1))
             np.cumsum(share * units[k][None, :], axis=1, out=before[:, 1:])
-            out[k, who] = before[set_of[who] - first, rank[who]]
+            out[k, who] = before[local, rank[who]]
     return out[0], out[1]
 
 
 def _by_columns(set_of, sorted_set, charged, columns, column_threads, units, rank):  # type: ignore[no-untyped-def]
-    """Per worker column c: Y_c = exclusive prefix sums of j's units over the j whose set holds c;
-    request i sums t_c x Y_c at its rank over the columns of its set."""
+    """Per worker column c, over the (request, column) memberships only: Y_c(i) = the units of the
+    requests ahead of i whose set holds c; request i sums t_c x Y_c(i) over the columns of its set.
+
+    Cost: the memberships (requests x columns of their sets), a block of requests at a time in
+    queue order; each column's running sum carries from block to block.
+    """
     m = len(set_of)
     out = np.zeros((2, m))
-    safe_set = np.maximum(sorted_set, 0)
-    mine = set_of >= 0
-    step = max(1, BLOCK // max(m, 1))
-    for first in range(0, columns.shape[1], step):
-        cols = slice(first, min(first + step, columns.shape[1]))
-        holds = columns[safe_set, cols] & charged[:, None]  # sorted requests x columns
-        wanted = columns[set_of[mine], cols] * column_threads[None, cols]
-        for k in range(2):
-            before = np.zeros((m + 1, holds.shape[1]))
-            np.cumsum(holds * units[k][:, None], axis=0, out=before[1:])
-            out[k, mine] += (before[rank[mine]] * wanted).sum(axis=1)
+    ranked = np.argsort(rank, kind="stable")[charged]  # charged rows, in queue order
+    ranked_set = sorted_set[charged]
+    unit = units[:, charged]
+    set_col, set_ptr = _set_columns(columns)
+    sizes = np.diff(set_ptr)
+    carry = np.zeros((2, columns.shape[1]))
+    per_request = max(1, int(sizes.mean())) if len(sizes) else 1
+    step = max(1, BLOCK // per_request)
+    for first in range(0, len(ranked), step):
+        rows = slice(first, min(first + step, len(ranked)))
+        k = ranked_set[rows]
+        count = sizes[k]
+        owner = np.repeat(np.arange(len(k)), count)  # membership -> request in the block (queue order)
+        column = set_col[np.repeat(set_ptr[k] - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))]
+        # Stable by column keeps queue order inside each column (a radix sort for small codes).
+        key = column.astype(np.uint16) if columns.shape[1] <= 1 << 16 else column
+        by_column = np.argsort(key, kind="stable")
+        owner, column = owner[by_column], column[by_column]
+        group_start = np.r_[0, np.flatnonzero(np.diff(column)) + 1]
+        run = np.diff(np.r_[group_start, len(owner)])
+        u = unit[:, rows][:, owner]
+        cum = np.cumsum(u, axis=1)
+        # Exclusive prefix within each column's run, plus what earlier blocks left in it.
+        before = cum - u - np.repeat(cum[:, group_start] - u[:, group_start], run, axis=1)
+        before += np.repeat(carry[:, column[group_start]], run, axis=1)
+        before *= np.repeat(column_threads[column[group_start]], run)[None, :]
+        for q in range(2):
+            out[q, ranked[rows]] += np.bincount(owner, weights=before[q], minlength=len(k))
+            carry[q, column[group_start]] += np.add.reduceat(u[q], group_start) if len(owner) else 0.0
     return out[0], out[1]
+
+
+def _set_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of a boolean (sets x columns) matrix: column indices and row pointers."""
+    rows, cols = np.nonzero(columns)
+    ptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=len(columns)))].astype(np.int64)
+    return cols.astype(np.int64), ptr
 
 
 def queue_of(gentype: int) -> str:
@@ -388,6 +432,7 @@ def gentype_queue(
 def forecast_inputs(
     now: float, rq: Any, expiry: np.ndarray, position: np.ndarray, work: np.ndarray, inflight: np.ndarray,
     columns: Mapping[str, np.ndarray], throughput: np.ndarray, queues: list[GentypeQueue],
+    skip: Any = None,
 ) -> ForecastInputs:
     """The :class:`ForecastInputs` of one cycle, from the arrays the estimate already holds."""
     return ForecastInputs(
@@ -401,4 +446,5 @@ def forecast_inputs(
         throughput=throughput,
         inflight=inflight,
         queues=tuple(queues),
+        wanted=None if skip is None else ~pd.Index(rq.ids).isin(pd.Index(list(skip))),
     )

@@ -63,6 +63,8 @@ class EstimateOptions:
     eligible_image_wait: bool = False
     # Per estimator name, what the service read from the stored pairs (docs/forecasts.md).
     calibration: Any = field(default=None, compare=False)
+    # Request ids whose forecasts are not needed (the job's already recorded ones): left unknown.
+    forecast_skip: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.eligible_image_wait, bool):

@@ -1,9 +1,10 @@
-"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``prospective``.
+"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``.
 
 Configuration, each flag overriding its variable: ``--db`` /
 ``VECSCHED_DATABASE_URL`` (default: the SQLite file ``vecsched.sqlite`` in
 ``$VECSCHED_HOME``, default the current directory), ``--redis`` / ``REDIS_URL``
-(default: publish into the database), ``--prefix`` / ``VECSCHED_REDIS_PREFIX``.
+(default: publish into the database), ``--prefix`` / ``VECSCHED_REDIS_PREFIX``,
+``--eligible-image-wait`` / ``VECSCHED_ELIGIBLE_IMAGE_WAIT``.
 """
 
 from __future__ import annotations
@@ -11,72 +12,126 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 _REQUEST_FLAGS = (
-    # (flag, key, type)
-    ("--gentype", "gentype", str),
-    ("--max-length", "max_length", int),
-    ("--max-context-length", "max_context_length", int),
-    ("--extra-priority", "extra_priority", int),
-    ("--n", "n", int),
-    ("--user-id", "user_id", str),
+    # (flag, key, type, help)
+    ("--gentype", "gentype", str, "the request's gentype"),
+    ("--max-length", "max_length", int, "tokens to generate (text)"),
+    ("--max-context-length", "max_context_length", int, "context tokens (text)"),
+    ("--extra-priority", "extra_priority", int, "the request's priority (kudos)"),
+    ("--n", "n", int, "generations asked for"),
+    ("--user-id", "user_id", str, "the requesting user (owner of workers in maintenance, priority users)"),
 )
+GENTYPE_CHOICES = ("text", "image")
+OLD_SNAPSHOT = 3600.0
+"""A snapshot whose ``now`` is older than this (seconds) is not loaded as it is without a say."""
 _REQUEST_BOOLS = ("is_chat", "slow_workers", "trusted_workers", "nsfw", "validated_backends",
                   "worker_blacklist")
 
 
 def add_commands(sub: Any) -> None:
+    """Add ``db``, ``run``, ``status``, ``top`` and ``prospective`` to the ``vecsched`` command line."""
+
     def common(p: argparse.ArgumentParser, redis: bool = True) -> None:
-        p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL or the SQLite file)")
+        p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL, else the embedded "
+                                    "SQLite file $VECSCHED_HOME/vecsched.sqlite)")
         if redis:
             p.add_argument("--redis", help="Redis URL (default: $REDIS_URL; none: publish into the database)")
-            p.add_argument("--prefix", help="Redis key prefix (default: $VECSCHED_REDIS_PREFIX or vecsched)")
+            p.add_argument("--prefix", help="Redis key prefix (default: $VECSCHED_REDIS_PREFIX, else vecsched)")
 
+    _add_db_commands(sub, common)
+    _add_job_and_read_commands(sub, common)
+
+
+def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
     db = sub.add_parser("db", help="the horde database: init, load (import), dump (export)")
-    dbsub = db.add_subparsers(dest="db_command", required=True)
+    dbsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     p = dbsub.add_parser("init", help="create the horde tables")
     common(p, redis=False)
     p.set_defaults(func=_db_init)
     p = dbsub.add_parser("load", help="import a snapshot JSON file into the horde tables")
-    p.add_argument("snapshot")
+    p.add_argument("snapshot", help="snapshot JSON file (vecsched.snapshot/1)")
     p.add_argument("--append", action="store_true", help="keep the rows already there")
-    p.add_argument("--shift-to-now", action="store_true", help="move the snapshot's times to now")
+    p.add_argument("--shift-to-now", action="store_true",
+                   help="move every time of the snapshot so that its 'now' is the current time")
+    p.add_argument("--keep-times", action="store_true",
+                   help=f"load a snapshot older than {OLD_SNAPSHOT / 3600:g} h with its times unchanged")
     common(p, redis=False)
     p.set_defaults(func=_db_load)
     p = dbsub.add_parser("dump", help="export the horde tables as a snapshot JSON file")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--now", help="snapshot instant (ISO 8601 with zone; default: now)")
+    p.add_argument("-o", "--output", required=True, help="the snapshot JSON file to write")
+    p.add_argument("--now", help="snapshot instant (ISO 8601 with zone; default: the current time)")
     common(p, redis=False)
     p.set_defaults(func=_db_dump)
 
-    p = sub.add_parser("run", help="run the periodic job (load, estimate, publish)")
+
+def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
+    from vecsched.cli import non_negative_int, positive_float
+    from vecsched.service.config import eligible_image_wait
+
+    p = sub.add_parser(
+        "run", help="run the periodic job (load, estimate, publish)",
+        description="Every --interval seconds: load the horde, estimate every waiting request, publish. "
+                    "On the embedded default (no --db, no $VECSCHED_DATABASE_URL) a simulated demo horde "
+                    "lives in the SQLite file; read the figures with 'vecsched top' and "
+                    "'vecsched status ID' from another terminal.")
     p.add_argument("--once", action="store_true", help="run one cycle and exit (non-zero if it failed)")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between cycles (default 5)")
-    p.add_argument("--no-seed", action="store_true", help="do not seed an empty SQLite file")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--interval", type=positive_float, default=5.0, help="seconds between cycles")
+    p.add_argument("--no-demo", action="store_true",
+                   help="do not drive the simulated demo horde in the embedded SQLite file")
+    p.add_argument("--no-seed", action="store_true",
+                   help="with --no-demo: do not seed an empty default file with a (frozen) synthetic horde")
+    p.add_argument("--eligible-image-wait", action="store_true",
+                   default=eligible_image_wait(),
+                   help="image queue_position/wait_time from eligible workers, not horde-wide "
+                        "(default: $VECSCHED_ELIGIBLE_IMAGE_WAIT, else off)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log threshold")
     common(p)
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("status", help="print a request's published status as JSON")
-    p.add_argument("request_id")
-    p.add_argument("--max-age", type=float, help="seconds after which figures are stale")
+    p = sub.add_parser("status", help="print a request's published status as JSON (exit 1 if unknown)")
+    p.add_argument("request_id", help="the request id (list them with vecsched top)")
+    p.add_argument("--max-age", type=positive_float,
+                   help="seconds after which figures are stale (default: three refresh intervals)")
     common(p)
     p.set_defaults(func=_status)
 
+    p = sub.add_parser("top", help="the current cycle's requests, longest wait first")
+    p.add_argument("--gentype", choices=GENTYPE_CHOICES, help="only this gentype (default: both)")
+    p.add_argument("-n", type=non_negative_int, default=20, dest="limit", help="rows shown; 0: all")
+    p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+    common(p)
+    p.set_defaults(func=_top)
+
     p = sub.add_parser("prospective", help="eligible workers, ahead_wait and allowance of a would-be request")
-    p.add_argument("--request", help="the request as a JSON object (snapshot request keys)")
+    p.add_argument("--request", type=_json_object, help="the request as a JSON object (snapshot request keys)")
     p.add_argument("--models", help="comma-separated model names")
-    for flag, key, typ in _REQUEST_FLAGS:
-        p.add_argument(flag, dest=key, type=typ)
+    for flag, key, typ, text in _REQUEST_FLAGS:
+        if key == "gentype":
+            p.add_argument(flag, dest=key, choices=GENTYPE_CHOICES, help=text + " (default: text)")
+        else:
+            p.add_argument(flag, dest=key, type=typ, help=text)
     for key in _REQUEST_BOOLS:
-        p.add_argument("--" + key.replace("_", "-"), dest=key, action=argparse.BooleanOptionalAction)
-    p.add_argument("--max-age", type=float)
+        p.add_argument("--" + key.replace("_", "-"), dest=key, action=argparse.BooleanOptionalAction,
+                       help=f"the request's {key} flag (default: the snapshot default)")
+    p.add_argument("--max-age", type=positive_float,
+                   help="seconds after which figures are stale (default: three refresh intervals)")
     common(p)
     p.set_defaults(func=_prospective)
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
 
 
 def _db_url(args: argparse.Namespace) -> str:
@@ -99,16 +154,27 @@ def _db_init(args: argparse.Namespace) -> int:
 
 
 def _db_load(args: argparse.Namespace) -> int:
-    from vecsched.snapshot.snapshot import load_snapshot
+    from vecsched.errors import UserError
+    from vecsched.service.demo import forget_demo
     from vecsched.service.sql import import_snapshot, make_engine
+    from vecsched.snapshot.snapshot import _iso, load_snapshot
 
     snapshot = load_snapshot(args.snapshot)
+    age = time.time() - snapshot.now
+    if age > OLD_SNAPSHOT and not (args.shift_to_now or args.keep_times):
+        # Loaded as is, every request of an old snapshot has expired and nothing
+        # is published; shifting production data must be asked for, never silent.
+        raise UserError(
+            f"{args.snapshot} was taken at {_iso(snapshot.now)}, {age / 3600:.1f} h ago: its requests have "
+            "expired; pass --shift-to-now to move its times to now (or --keep-times to load it as it is)")
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
+    engine = make_engine(_db_url(args))
     counts = import_snapshot(
-        make_engine(_db_url(args)), snapshot, replace=not args.append,
+        engine, snapshot, replace=not args.append,
         shift_to=time.time() if args.shift_to_now else None,
     )
+    forget_demo(engine)  # the file now holds this horde: the demo never overwrites it
     print(json.dumps(counts))
     return 0
 
@@ -134,53 +200,113 @@ def seed_if_empty(engine: Any, now: float) -> bool:
         return False
     from vecsched.synthetic import horde
 
+    from vecsched.service.demo import mark_demo
+
     import_snapshot(engine, horde(workers=150, requests=3000, seed=0), shift_to=now)
+    mark_demo(engine)  # vecsched's own rows: the demo may take the file over later
     return True
 
 
-def _run(args: argparse.Namespace) -> int:
-    from vecsched.service.job import SQLLoader, forecast_tracker, run_cycle, run_service
-    from vecsched.service.sql import init_db, make_engine
+def _named(args: argparse.Namespace) -> bool:
+    """Whether the user named the database (then vecsched never writes horde rows into it)."""
+    from vecsched.service.config import database_is_named
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    log = logging.getLogger("vecsched.job")
+    return bool(args.db) or database_is_named()
+
+
+def _demo_wanted(args: argparse.Namespace, engine: Any) -> bool:
+    """The demo drives only the embedded default file, and only a file of its own."""
+    from vecsched.service.demo import is_demo
+
+    if args.no_demo or _named(args) or engine.dialect.name != "sqlite":
+        return False
+    if is_demo(engine):
+        return True
+    logging.getLogger("vecsched.job").warning(
+        "the embedded database holds a horde loaded with 'vecsched db load': running on it without the "
+        "demo (delete the file to get the demo back)")
+    return False
+
+
+def _run(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    from vecsched.core.estimate import estimate
+    from vecsched.service.job import SQLLoader, forecast_tracker, how_to_read, run_cycle, run_service
+
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.log_level != "DEBUG":
+        # one line per cycle: the scheduler's own "running job" lines only under DEBUG
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
     url = _db_url(args)
-    engine = make_engine(url)
-    if engine.dialect.name == "sqlite" and not args.no_seed:
-        try:
-            if seed_if_empty(engine, time.time()):
-                log.info("seeded the empty database %s with a synthetic horde", url)
-        except Exception as exc:  # noqa: BLE001 - the job reports and retries
-            log.warning("could not prepare %s: %s", url, exc)
-    else:
-        try:
-            init_db(engine)
-        except Exception as exc:  # noqa: BLE001 - database down: cycles will log and retry
-            log.warning("could not create tables in %s: %s", url, exc)
+    engine = _prepare(args, url)
+    loader: Any = SQLLoader(engine)
+    if _demo_wanted(args, engine):
+        from vecsched.service.demo import DemoHorde
+
+        loader = DemoHorde(engine, now=time.time())
+        logging.getLogger("vecsched.job").info(
+            "demo: a simulated horde lives in %s (--no-demo turns it off)", url)
     store = _store(args)
-    loader = SQLLoader(engine)
+    figures = partial(estimate, eligible_image_wait=args.eligible_image_wait)
     if args.once:
-        report = run_cycle(loader, store, time.time, interval=args.interval, forecasts=forecast_tracker(store))
+        report = run_cycle(loader, store, time.time, interval=args.interval, estimate=figures,
+                           forecasts=forecast_tracker(store))
+        if report.ok:
+            logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
         return 0 if report.ok else 1
-    run_service(loader, store, interval=args.interval)
+    run_service(loader, store, interval=args.interval, estimate=figures)
     return 0
 
 
+def _prepare(args: argparse.Namespace, url: str) -> Any:
+    """The engine, tables made; a frozen seed only when the demo is off on an empty default file."""
+    from vecsched.service.sql import init_db, make_engine
+
+    log = logging.getLogger("vecsched.job")
+    engine = make_engine(url)
+    try:
+        init_db(engine)
+        frozen_seed = args.no_demo and not args.no_seed and not _named(args)
+        if frozen_seed and seed_if_empty(engine, time.time()):
+            log.info("seeded the empty database with a synthetic horde (frozen: its workers never check in)")
+    except Exception as exc:  # noqa: BLE001 - database down: cycles will log and retry
+        log.warning("could not prepare the database: %s", exc)
+    return engine
+
+
 def _status(args: argparse.Namespace) -> int:
+    from vecsched.errors import UserError
     from vecsched.service.read import status
 
     result = status(args.request_id, store=_store(args), max_age=args.max_age)
     print(json.dumps(result))
+    if "cycle_time" not in result:
+        raise UserError("no cycle was published yet: is vecsched run running?")
+    if result.get("unknown"):
+        raise UserError(f"no request {args.request_id} in the current cycle (list them with vecsched top)")
+    return 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    from vecsched.errors import UserError
+    from vecsched.service.top import as_records, current_payloads, render, top_frame
+
+    reading, payloads = current_payloads(_store(args))
+    if reading is None:
+        raise UserError("no cycle was published yet: is vecsched run running?")
+    frame = top_frame(payloads, gentype=args.gentype, limit=args.limit)
+    print(json.dumps(as_records(frame)) if args.json else render(frame, reading))
     return 0
 
 
 def _prospective(args: argparse.Namespace) -> int:
     from vecsched.service.read import prospective
 
-    request: dict[str, Any] = json.loads(args.request) if args.request else {}
+    request: dict[str, Any] = dict(args.request or {})
     if args.models is not None:
         request["models"] = [m for m in args.models.split(",") if m]
-    for _, key, _ in _REQUEST_FLAGS:
+    for _, key, _, _ in _REQUEST_FLAGS:
         if getattr(args, key) is not None:
             request[key] = getattr(args, key)
     for key in _REQUEST_BOOLS:
@@ -189,4 +315,3 @@ def _prospective(args: argparse.Namespace) -> int:
     request.setdefault("gentype", "text")
     print(json.dumps(prospective(request, store=_store(args), max_age=args.max_age)))
     return 0
-

@@ -1,7 +1,8 @@
 """Every setting read from the environment, in one place.
 
 ``VECSCHED_DATABASE_URL`` (default: a SQLite file in ``$VECSCHED_HOME``),
-``REDIS_URL`` (default: publish into the database) and ``VECSCHED_REDIS_PREFIX``.
+``REDIS_URL`` (default: publish into the database), ``VECSCHED_REDIS_PREFIX`` and
+``VECSCHED_ELIGIBLE_IMAGE_WAIT`` (the job's image waits from eligible workers).
 """
 
 from __future__ import annotations
@@ -75,3 +76,45 @@ def open_store(
     if redis_url:
         return RedisStore(redis_url, prefix=prefix or env.get("VECSCHED_REDIS_PREFIX") or "vecsched")
     return SQLStore(database_url or default_database_url(env))
+
+
+def database_is_named(env: dict[str, str] | None = None) -> bool:
+    """Whether ``$VECSCHED_DATABASE_URL`` names the database (the demo then never touches it).
+
+    Parameters
+    ----------
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> database_is_named({}), database_is_named({"VECSCHED_DATABASE_URL": "sqlite:///h.sqlite"})
+    (False, True)
+    """
+    env = os.environ if env is None else env
+    return bool(env.get("VECSCHED_DATABASE_URL"))
+
+
+def eligible_image_wait(env: dict[str, str] | None = None) -> bool:
+    """``$VECSCHED_ELIGIBLE_IMAGE_WAIT`` as a flag (1, true, yes, on): the job's default.
+
+    Parameters
+    ----------
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> eligible_image_wait({"VECSCHED_ELIGIBLE_IMAGE_WAIT": "true"}), eligible_image_wait({})
+    (True, False)
+    """
+    env = os.environ if env is None else env
+    return env.get("VECSCHED_ELIGIBLE_IMAGE_WAIT", "").strip().lower() in ("1", "true", "yes", "on")

@@ -67,6 +67,26 @@ class ForecastTracker:
         # Requests forecast by this process and not yet resolved.
         self.tracked = pd.DataFrame({"expiry": pd.Series(dtype=float), "started": pd.Series(dtype=bool)})
 
+    def wrap(self, estimate: Any = None) -> Any:
+        """``estimate`` (default :func:`vecsched.estimate`) asked for forecasts only of the requests
+        this tracker has not recorded, when it takes ``forecast_skip``; else ``estimate`` itself."""
+        import inspect
+
+        from vecsched.core.estimate import estimate as core_estimate
+
+        base = core_estimate if estimate is None else estimate
+        try:
+            takes_skip = "forecast_skip" in inspect.signature(base).parameters
+        except (TypeError, ValueError):
+            takes_skip = False
+        if not takes_skip:
+            return base
+
+        def skipping(snapshot: Any) -> Any:
+            return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object))
+
+        return skipping
+
     def observe(self, snapshot: Any, estimates: Any, now: float) -> dict[str, int]:
         """Run steps 1 to 3 for one cycle; return how many forecasts and outcomes were recorded."""
         recorded = self._record_new(snapshot, estimates, now)

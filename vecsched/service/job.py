@@ -175,6 +175,8 @@ def run_cycle(
     >>> report.ok, report.error
     (False, 'ConnectionError: database down')
     """
+    if forecasts is not None:
+        estimate = forecasts.wrap(estimate)  # forecasts only for requests not yet recorded
     estimate = _default_estimate if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
@@ -191,10 +193,12 @@ def run_cycle(
         estimates = estimate(snapshot)
         state = _prospective_state(snapshot, estimates)
         ids, payloads = encode_payloads(estimates, now)
+        ended_ids, ended_payloads = ended_requests(snapshot)
         t2 = time.perf_counter()
         report.estimate = t2 - t1
         stage = "publish"
-        cycle = Cycle(now, float(interval), ids, payloads, _jsonable(estimates.horde), state)
+        cycle = Cycle(now, float(interval), ids + ended_ids, payloads + ended_payloads,
+                      _jsonable(estimates.horde), state)
         switched = store.publish(cycle)
         report.publish = time.perf_counter() - t2
         # False: a newer cycle is current, so none of these figures reach a reader.
@@ -207,6 +211,8 @@ def run_cycle(
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
     (log.info if report.ok else log.warning)(report.line())
+    if report.ok:
+        _warn_if_empty(estimates, report)
     return report
 
 
@@ -216,6 +222,59 @@ def _observe_forecasts(tracker: Any, snapshot: Snapshot, estimates: Any, now: fl
     except Exception as exc:  # noqa: BLE001 - shadow forecasts never fail a cycle
         log.warning("forecast recording failed: %s", type(exc).__name__)
         log.debug("forecast recording failed", exc_info=True)
+
+
+def _warn_if_empty(estimates: Any, report: CycleReport) -> None:
+    """Say so when the figures cannot mean much: no worker online, or nothing waiting."""
+    online = sum(int(totals.get("online_workers") or 0) for totals in estimates.horde.values()
+                 if isinstance(totals, dict))
+    if report.workers and not online:
+        log.warning("no worker is online (none checked in within 300 s): every wait is unknown; "
+                    "is the horde database still being updated?")
+    elif not report.workers:
+        log.warning("the horde has no worker at all: every wait is unknown")
+    if not len(estimates.request_id):
+        log.warning("no request is waiting: there is nothing to estimate")
+
+
+ENDED_PAYLOADS = {"faulted": '{"ended":"faulted"}', "done": '{"ended":"done"}'}
+"""What a request that left the queue is published as, beside the waiting ones' figures."""
+
+
+def ended_requests(snapshot: Snapshot) -> tuple[list[str], list[str]]:
+    """Ids and payloads of the requests the horde still holds but that wait no more.
+
+    A faulted request reads as faulted and an inactive one as done, instead of
+    unknown, for as long as the horde keeps its row.
+
+    Parameters
+    ----------
+    snapshot : Snapshot
+
+    Returns
+    -------
+    (list of str, list of str)
+        Request ids and their :data:`ENDED_PAYLOADS`.
+
+    Examples
+    --------
+    >>> from vecsched import synthetic
+    >>> ids, payloads = ended_requests(synthetic.horde(workers=5, requests=400, seed=1))
+    >>> len(ids) > 0 and set(payloads) <= set(ENDED_PAYLOADS.values())
+    True
+    """
+    import numpy as np
+
+    r = snapshot.requests
+    faulted = np.asarray(r.faulted, dtype=bool)
+    done = ~np.asarray(r.active, dtype=bool) & ~faulted
+    ids: list[str] = []
+    payloads: list[str] = []
+    for kind, mask in (("faulted", faulted), ("done", done)):
+        chosen = r.id[mask].tolist()
+        ids += chosen
+        payloads += [ENDED_PAYLOADS[kind]] * len(chosen)
+    return ids, payloads
 
 
 def _jsonable(value: Any) -> Any:
@@ -233,6 +292,41 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def how_to_read(published: int) -> str:
+    """The line that tells where the figures are, logged after the first good cycle.
+
+    Parameters
+    ----------
+    published : int
+        Requests the cycle published.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> how_to_read(3)
+    'published 3 requests; list them with vecsched top, read one with vecsched status ID'
+    """
+    return f"published {published} requests; list them with vecsched top, read one with vecsched status ID"
+
+
+class _CycleWithHint:
+    """``run_cycle`` as the scheduler calls it, telling how to read the figures after the first good cycle."""
+
+    def __init__(self, **kwargs: Any):
+        self.kwargs = kwargs
+        self.told = False
+
+    def __call__(self, load: Callable[[float], Snapshot], store: Store, clock: Callable[[], float]) -> CycleReport:
+        report = run_cycle(load, store, clock, **self.kwargs)
+        if report.ok and not self.told:
+            self.told = True
+            log.info("%s", how_to_read(report.published))
+        return report
+
+
 def run_service(
     load: Callable[[float], Snapshot],
     store: Store,
@@ -241,6 +335,7 @@ def run_service(
     clock: Callable[[], float] = time.time,
     stop: threading.Event | None = None,
     install_signals: bool = True,
+    estimate: Callable[[Snapshot], Any] | None = None,
 ) -> None:
     """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -262,6 +357,8 @@ def run_service(
         Set it to stop the service (besides the signals).
     install_signals : bool
         Whether SIGINT/SIGTERM stop the service (main thread only).
+    estimate : callable, optional
+        ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
 
     Examples
     --------
@@ -277,11 +374,10 @@ def run_service(
     stop = threading.Event() if stop is None else stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        run_cycle,
+        _CycleWithHint(interval=interval, estimate=estimate, forecasts=forecast_tracker(store)),
         "interval",
         seconds=interval,
         args=(load, store, clock),
-        kwargs={"interval": interval, "forecasts": forecast_tracker(store)},
         id="vecsched-cycle",
         max_instances=1,
         coalesce=True,

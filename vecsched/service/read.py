@@ -108,6 +108,12 @@ def status(
     {'stale': True, 'cycle_time': '1970-01-01T00:01:40Z'}
     >>> status("r2", store=store, now=101.0)
     {'unknown': True, 'stale': False, 'cycle_time': '1970-01-01T00:01:40Z'}
+
+    A request that left the queue reads as faulted or done:
+
+    >>> _ = store.publish(Cycle(110.0, 5.0, ["r3"], ['{"ended":"faulted"}']))
+    >>> status("r3", store=store, now=111.0)["faulted"]
+    True
     """
     store = default_store() if store is None else store
     reading = store.read_status(request_id)
@@ -116,9 +122,17 @@ def status(
         out["unknown"] = True
     else:
         _, stale = _age(reading, now, max_age)
+        ended = _ended(reading.value)
         if reading.value is None:
             out["unknown"] = True
-        if not stale and reading.value is not None:
+        elif ended is not None:
+            # Left the queue: say how, rather than unknown (the horde's own words).
+            out.update(done=ended == "done", faulted=ended == "faulted")
+            if ended == "done":
+                out.update(queue_position=0, wait_time=0)
+            else:
+                out["is_possible"] = False
+        if not stale and reading.value is not None and ended is None:
             figures = decode_payload(reading.value)
             out["queue_position"] = int(figures["queue_position"])
             if figures["wait_time"] is not None:
@@ -137,6 +151,17 @@ def status(
     if progress:
         _merge_progress(out, progress)
     return out
+
+
+def _ended(value: Any) -> str | None:
+    """``"faulted"`` or ``"done"`` for a request the cycle published as ended, else None."""
+    if isinstance(value, bytes):
+        value = value.decode()
+    if not isinstance(value, str) or not value.startswith("{"):
+        return None
+    import json
+
+    return json.loads(value).get("ended")
 
 
 def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
@@ -273,12 +298,45 @@ def prospective(
     out.update(
         eligible_workers=int(answer["eligible_workers"]),
         eligible_worker_threads=threads,
-        ahead_wait=ahead,
+        # rounded as the status read rounds it; the allowance reads the exact value
+        ahead_wait=None if ahead is None else round(float(ahead), 3),
         allowance=int(policy(threads, ahead)),
     )
     if answer.get("queue_position") is not None:
         out["queue_position"] = int(answer["queue_position"])
+    if not out["eligible_workers"]:
+        out["reason"] = _why_none(state, request)
     return out
+
+
+def _why_none(state: Any, request: Mapping[str, Any]) -> str:
+    """Why no worker is eligible: no online worker has the model, or one has it but a gate says no."""
+    from vecsched.snapshot.schema import GENTYPES
+
+    gentype = request.get("gentype", "text")
+    names = [str(m) for m in request.get("models") or ()]
+    offered = _online_models(state, GENTYPES.index(gentype) if gentype in GENTYPES else -1)
+    if offered is None:
+        return "no eligible worker"
+    if not offered:
+        return f"no {gentype} worker is online"
+    if names and not set(names) & offered:
+        return f"no online {gentype} worker serves {', '.join(names)}"
+    return "no online worker that serves the model passes the request's other gates"
+
+
+def _online_models(state: Any, gentype: int) -> set[str] | None:
+    """Model names served by the state's online workers of ``gentype`` (None: not recorded)."""
+    import numpy as np
+
+    workers = getattr(state, "workers", None)
+    models = getattr(workers, "models", None)
+    if models is None or "vocabulary" not in state.arrays:
+        return None
+    names = state.arrays["vocabulary"]
+    mask = (np.asarray(workers.gentype) == gentype) & np.asarray(workers.online, dtype=bool)
+    owners = np.repeat(np.arange(len(models.offsets) - 1), np.diff(models.offsets))
+    return {str(names[c]) for c in np.unique(models.values[mask[owners]]).tolist()}
 
 
 def _current_state(store: Store) -> tuple[Reading | None, Any]:

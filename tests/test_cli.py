@@ -1,0 +1,184 @@
+"""The command line fails in one line (never a traceback unless --debug), and explains itself."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import vecsched
+from vecsched.cli import build_parser, main
+from vecsched.synthetic import horde
+
+PG_UNREACHABLE = "postgresql+psycopg://postgres@127.0.0.1:1/test"
+
+
+def one_line_failure(capsys: pytest.CaptureFixture[str], argv: list[str], code: int = 1) -> str:
+    """Run ``vecsched argv``; assert it exits ``code`` with exactly one line on stderr; that line."""
+    try:
+        got = main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        got = exc.code
+    err = capsys.readouterr().err
+    assert got == code, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_dump_into_a_missing_folder(capsys, tmp_path: Path) -> None:
+    assert main(["db", "init", "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"]) == 0
+    line = one_line_failure(capsys, ["db", "dump", "-o", str(tmp_path / "missing-dir" / "x.json"),
+                                     "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"])
+    assert "No such file or directory" in line and "missing-dir" in line
+
+
+def test_unreachable_redis(capsys, tmp_path: Path) -> None:
+    line = one_line_failure(capsys, ["status", "x", "--redis", "redis://127.0.0.1:1/0"])
+    assert line.startswith("vecsched: cannot reach Redis") and "127.0.0.1:1" in line
+
+
+def test_unreachable_database(capsys) -> None:
+    line = one_line_failure(capsys, ["db", "init", "--db", PG_UNREACHABLE])
+    assert line.startswith("vecsched: database error") and "127.0.0.1" in line
+
+
+def test_bad_database_url(capsys) -> None:
+    line = one_line_failure(capsys, ["db", "init", "--db", "not a url"])
+    assert "bad database URL" in line
+
+
+def test_missing_postgres_driver_names_the_extra(capsys, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg now fails as if not installed
+    line = one_line_failure(capsys, ["db", "init", "--db", PG_UNREACHABLE])
+    assert "vecsched[postgres]" in line
+
+
+def test_bad_json_argument(capsys) -> None:
+    line = one_line_failure(capsys, ["prospective", "--request", "notjson"], code=2)
+    assert "--request" in line and "not JSON" in line
+
+
+@pytest.mark.parametrize("argv", [["synth", "--requests", "-1", "-o", "x.json"],
+                                  ["synth", "--workers", "many", "-o", "x.json"],
+                                  ["run", "--interval", "0"],
+                                  ["top", "-n", "-3"]])
+def test_out_of_range_number(capsys, argv: list[str]) -> None:
+    line = one_line_failure(capsys, argv, code=2)
+    assert "error: argument" in line
+
+
+def test_unknown_request_in_status_exits_non_zero(capsys, tmp_path: Path, make_estimates) -> None:
+    from vecsched.service.job import run_cycle
+    from vecsched.service.store.sql import SQLStore
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    now = time.time()
+    run_cycle(lambda t: horde(workers=5, requests=20, seed=1, now=t), SQLStore(url), lambda: now)
+    assert main(["status", "abc", "--db", url]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["unknown"] is True
+    assert err.strip() == "vecsched: no request abc in the current cycle (list them with vecsched top)"
+
+
+def test_status_before_any_cycle(capsys, tmp_path: Path) -> None:
+    line = one_line_failure(capsys, ["status", "abc", "--db", f"sqlite:///{tmp_path / 'e.sqlite'}"])
+    assert "no cycle was published yet" in line
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    assert main(["db", "init", "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"]) == 0
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "db", "dump", "-o", str(tmp_path / "missing-dir" / "x.json"),
+              "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"])
+
+
+def test_no_traceback_reaches_a_real_terminal(tmp_path: Path) -> None:
+    assert main(["db", "init", "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"]) == 0
+    result = subprocess.run(
+        [sys.executable, "-m", "vecsched", "db", "dump", "-o", str(tmp_path / "missing" / "x.json"),
+         "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- loading old snapshots ------------------------------------------------------------------------
+
+
+def test_db_load_refuses_an_old_snapshot_naming_shift_to_now(capsys, tmp_path: Path) -> None:
+    src = tmp_path / "old.json"
+    horde(workers=10, requests=50, seed=2, now=time.time() - 2 * 3600).to_json(src)
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    line = one_line_failure(capsys, ["db", "load", str(src), "--db", url])
+    assert "--shift-to-now" in line
+    from vecsched.service.sql import is_empty, make_engine
+
+    assert is_empty(make_engine(url))  # refused: nothing written
+    assert main(["db", "load", str(src), "--db", url, "--shift-to-now"]) == 0
+    assert not is_empty(make_engine(url))
+
+
+def test_db_load_takes_a_recent_snapshot_as_it_is(capsys, tmp_path: Path) -> None:
+    src = tmp_path / "recent.json"
+    horde(workers=10, requests=50, seed=2, now=time.time() - 1800).to_json(src)
+    assert main(["db", "load", str(src), "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"]) == 0
+
+
+def test_synth_now_stamps_the_current_time(tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    before = time.time()
+    assert main(["synth", "--workers", "5", "--requests", "10", "--now", "-o", str(out)]) == 0
+    assert before - 1 <= vecsched.load_snapshot(out).now <= time.time() + 1
+    assert main(["synth", "--workers", "5", "--requests", "10", "--now", "2030-01-01T00:00:00Z",
+                 "-o", str(out)]) == 0
+    assert vecsched.load_snapshot(out).to_dict()["now"] == "2030-01-01T00:00:00Z"
+
+
+# -- help and version -----------------------------------------------------------------------------
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "vecsched"):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_option_has_help_and_shows_its_default() -> None:
+    for path, parser in _parsers(build_parser()):
+        text = parser.format_help()
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            assert action.help, f"{path} {action.dest} has no help"
+            if action.option_strings and action.default not in (None, False):
+                assert f"(default: {action.default})" in " ".join(text.split()), (path, action.dest)
+
+
+def test_enumerations_list_their_choices(capsys) -> None:
+    for argv in (["prospective", "--help"], ["top", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert "{text,image}" in capsys.readouterr().out
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("vecsched ")
+
+
+@pytest.mark.parametrize("url", ["postgresql+psycopg://u:s3cret@127.0.0.1:1/db", "postgresql://u:s3cret@h:notaport/db",
+                                 "nosuchdialect://u:s3cret@h/db", "redis://:s3cret@127.0.0.1:1/0"])
+def test_a_password_in_a_url_never_reaches_the_error_line(capsys, url: str) -> None:
+    argv = ["status", "x", "--redis", url] if url.startswith("redis") else ["db", "init", "--db", url]
+    line = one_line_failure(capsys, argv)
+    assert "s3cret" not in line
