@@ -256,3 +256,71 @@ def test_replay_equals_the_scalar_replay(doc: dict) -> None:
 def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> None:
     note(json.dumps(doc))
     _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+
+
+# -- calibrated p90 ---------------------------------------------------------------------------
+
+
+def _pairs(rng: np.random.Generator, n: int, gentype: str = "text", phase: str = "start") -> dict[str, np.ndarray]:
+    """Pairs whose error grows with the p50 and shrinks with the eligible threads (as the replay's do)."""
+    p50 = rng.uniform(0.0, 1500.0, n)
+    threads = np.where(rng.random(n) < 0.2, 0, rng.integers(1, 40, n))  # a fifth on fallback
+    spread = (30.0 + 0.6 * p50) / np.sqrt(1.0 + threads)
+    observed = np.maximum(p50 + spread * rng.standard_normal(n) + 0.2 * spread, 0.0)
+    return {"gentype": np.full(n, gentype, dtype=object), "phase": np.full(n, phase, dtype=object),
+            "p50": p50, "observed": observed, "threads": threads}
+
+
+def _coverage(p90: np.ndarray, observed: np.ndarray) -> float:
+    return float(np.mean(observed <= p90))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_conformal_p90_covers_90_percent_where_the_provisional_margin_does_not(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    calibration = {"pairs": _pairs(rng, 20_000), "min_pairs": 100}
+    fresh = _pairs(rng, 20_000)
+    gentype = np.full(len(fresh["p50"]), TEXT)
+    p90 = calibrated_p90(fresh["p50"], phase="start", gentype=gentype, threads=fresh["threads"], calibration=calibration)
+    assert 0.87 <= _coverage(p90, fresh["observed"]) <= 0.93
+    # Per p50 band and per thread band too: the cells condition on what the error depends on.
+    for low, high in ((0, 60), (60, 300), (300, 900), (900, 2000)):
+        band = (fresh["p50"] >= low) & (fresh["p50"] < high)
+        assert 0.85 <= _coverage(p90[band], fresh["observed"][band]) <= 0.95, (low, high)
+    for low, high in ((0, 1), (1, 5), (5, 21), (21, 100)):
+        band = (fresh["threads"] >= low) & (fresh["threads"] < high)
+        assert 0.85 <= _coverage(p90[band], fresh["observed"][band]) <= 0.95, (low, high)
+    provisional = F.provisional_p90(fresh["p50"])
+    few = fresh["threads"] == 0
+    assert not 0.85 <= _coverage(provisional[few], fresh["observed"][few]) <= 0.95
+
+
+def test_calibration_keeps_gentypes_and_phases_apart_and_falls_back() -> None:
+    rng = np.random.default_rng(5)
+    text_start = _pairs(rng, 5_000)
+    pairs = {k: np.asarray(v) for k, v in text_start.items()}
+    p50 = np.array([100.0, 100.0, 100.0])
+    gentype = np.array([TEXT, IMAGE, TEXT])
+    got = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]), calibration={"pairs": pairs})
+    assert got[0] != 160.0 and got[1] == 160.0  # image: no pairs, provisional
+    completion = calibrated_p90(p50, phase="completion", gentype=gentype, threads=np.array([3, 3, 3]),
+                                calibration={"pairs": pairs})
+    assert completion.tolist() == [160.0, 160.0, 160.0]  # no completion pairs
+    scarce = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]),
+                            calibration={"pairs": pairs, "min_pairs": 100_000})
+    assert scarce.tolist() == [160.0, 160.0, 160.0]
+    assert calibrated_p90(p50, phase="start", gentype=gentype, threads=np.zeros(3), calibration=None).tolist() == [160.0] * 3
+    assert math.isinf(conformal_quantile(np.zeros(5)))
+
+
+def test_the_replay_takes_its_p90_from_the_calibration_it_is_handed() -> None:
+    doc = _doc([_worker("A", ["m"])], [_request("r1", ["m"], 60), _request("r2", ["m"], 30)])
+    snap = vecsched.load_snapshot(doc)
+    plain = vecsched.estimate(snap).forecasts[RP.NAME]
+    assert plain.start_p90.tolist() == F.provisional_p90(plain.start_p50).tolist()
+    n = 1_000
+    pairs = {"gentype": ["text"] * n, "phase": ["start"] * n, "p50": np.full(n, 5.0),
+             "observed": 5.0 + np.linspace(0.0, 20.0, n), "threads": np.ones(n, dtype=int)}
+    tuned = vecsched.estimate(snap, calibration={RP.NAME: {"pairs": pairs}}).forecasts[RP.NAME]
+    assert tuned.start_p50.tolist() == plain.start_p50.tolist()
+    assert tuned.start_p90 == pytest.approx(tuned.start_p50 + 18.02, abs=0.05)

@@ -15,7 +15,8 @@ then to the gentype and phase, then to SPEC section 8's provisional margin.
 
 ``gentype`` as codes or ``"text"``/``"image"``, ``phase`` ``"start"`` or
 ``"completion"``, seconds as numbers, ``threads`` the eligible threads at the
-forecast (0: fallback).
+forecast (0: fallback; without it, cells are p50 bands only).
+:func:`from_pairs` builds it from the service's validated pairs.
 """
 
 from __future__ import annotations
@@ -89,13 +90,15 @@ def calibrated_p90(
     score = np.asarray(pairs["observed"], dtype=np.float64) - c_p50
     ok = ~np.isnan(score) & (np.asarray(pairs["phase"]) == phase)
     c_gentype = _codes(pairs["gentype"])
-    c_p50_band, c_thread_band = _cells(c_p50, np.asarray(pairs.get("threads", np.zeros(len(c_p50))), dtype=np.int64))
+    has_threads = "threads" in pairs
+    c_threads = np.asarray(pairs["threads"], dtype=np.int64) if has_threads else np.zeros(len(c_p50), dtype=np.int64)
+    c_p50_band, c_thread_band = _cells(c_p50, c_threads)
     p50_band, thread_band = _cells(p50, threads)
     known = ~np.isnan(p50)
     for g in np.unique(gentype[known]):
         mine = ok & (c_gentype == g)
         # Coarse to fine: each finer cell with enough pairs overrides its coarser one.
-        for level_keys in ((), ("p50",), ("p50", "threads")):
+        for level_keys in ((), ("p50",), ("p50", "threads"))[: 3 if has_threads else 2]:
             _apply(out, p50, known & (gentype == g), mine, score, level_keys,
                    (p50_band, thread_band), (c_p50_band, c_thread_band), min_pairs, level)
     return out
@@ -116,3 +119,26 @@ def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level):
         q = conformal_quantile(scores, level)
         at = rows & (cell == value)
         out[at] = p50[at] + max(q, 0.0)
+
+
+def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
+    """The ``calibration`` mapping from validated pairs (objects with gentype, phase, p50, observed).
+
+    Stall pairs and pairs without a p50 are left out.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as P
+    >>> c = from_pairs([P(gentype="text", phase="start", p50=10.0, observed=12.0),
+    ...                 P(gentype="text", phase="stall", p50=None, observed=1.0)], min_pairs=1)
+    >>> c["pairs"]["observed"].tolist(), c["min_pairs"]
+    ([12.0], 1)
+    """
+    kept = [p for p in pairs if p.phase in ("start", "completion") and p.p50 is not None]
+    columns = {
+        "gentype": np.array([p.gentype for p in kept], dtype=object),
+        "phase": np.array([p.phase for p in kept], dtype=object),
+        "p50": np.array([p.p50 for p in kept], dtype=np.float64),
+        "observed": np.array([p.observed for p in kept], dtype=np.float64),
+    }
+    return {"pairs": columns, **options}
