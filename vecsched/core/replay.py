@@ -238,7 +238,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     rows = queue.rows
     set_of, masks, _ = queue.eligible_sets()
     worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype)
-    started = np.isin(snapshot.requests.id[snap_rows[rows]], snapshot.jobs.request_id)
+    # pandas hashes the ids; np.isin on object arrays compares them pairwise.
+    started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
     reachable = set_of >= 0
     deadlines = np.where(started, 0.0, inp.seconds_left[rows])[reachable]
     horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
