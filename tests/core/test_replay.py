@@ -324,3 +324,22 @@ def test_the_replay_takes_its_p90_from_the_calibration_it_is_handed() -> None:
     tuned = vecsched.estimate(snap, calibration={RP.NAME: {"pairs": pairs}}).forecasts[RP.NAME]
     assert tuned.start_p50.tolist() == plain.start_p50.tolist()
     assert tuned.start_p90 == pytest.approx(tuned.start_p50 + 18.02, abs=0.05)
+
+
+def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -> None:
+    # `gone` (created 100 s ago, priority 10,000) was popped by A 90 s ago and waits no more:
+    # only the dispatch shows it. Its copies arrive at +200 s and +500 s and go first:
+    # late 0-100, 100-200, copy 200-300, late 300-400, new 400-500, copy 500-600, tail 600.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "gone",
+                "request_created": _t(-100), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-90), "assigned_work": 100}
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100)], dispatches=[dispatch])
+    on = RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0)
+    got = _replay(doc, on)
+    assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 400.0, 600.0]
+    assert got["late"]["completion_p50"] == 400.0
+    off = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0,
+                                          served_arrivals=False))
+    assert [off[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]

@@ -44,6 +44,9 @@ class ReplaySettings:
     second of delay. ``poll``: seconds an idle thread waits before asking
     again; ``overhead``: seconds between a job's end and the next pop.
     ``max_horizon``: the replay never looks further ahead than this.
+    ``served_arrivals``: also repeat the requests of the window that are no
+    longer waiting (served at once, often by priority), from the snapshot's
+    dispatches: each dispatch one job, on the worker that took it.
     """
 
     arrival_window: float = 300.0
@@ -51,6 +54,7 @@ class ReplaySettings:
     poll: float = 3.0
     overhead: float = 1.0
     max_horizon: float = 3600.0
+    served_arrivals: bool = True
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,46 @@ def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, ho
     return template, k
 
 
+def _no_served() -> dict[str, np.ndarray]:
+    return {k: np.zeros(0, dtype=np.int64 if k == "set_of" else np.float64)
+            for k in ("priority", "created", "output", "deadline", "set_of")}
+
+
+def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np.ndarray, first_set: int,
+            settings: ReplaySettings, horizon: float, life: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Future copies of the window's dispatched requests that no longer wait: one job each, on its worker.
+
+    Returns the columns (arrival as ``created``, seconds from now) and, per
+    copy, the local worker whose singleton set (numbered from ``first_set``)
+    serves it.
+    """
+    window = settings.arrival_window
+    if not settings.served_arrivals or window <= 0 or not snapshot.dispatches:
+        return _no_served(), np.zeros(0, dtype=np.int64)
+    d = pd.DataFrame(list(snapshot.dispatches))
+    epoch = pd.Timestamp(0, tz="UTC")
+    created = (pd.to_datetime(d["request_created"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
+    at = (pd.to_datetime(d["dispatched_at"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
+    worker = pd.Index(worker_ids).get_indexer(d["worker_id"].astype(object))
+    keep = ((worker >= 0) & (created >= -window) & (at <= 0)
+            & ~pd.Index(d["request_id"].astype(object)).isin(pd.Index(waiting_ids)))
+    created, at, worker = created[keep], at[keep], worker[keep]
+    # What the request's priority would be now, had it waited: aging continued since its pop.
+    priority = d["request_extra_priority"].to_numpy(dtype=np.float64)[keep] - settings.aging_per_second * at
+    work = d["assigned_work"].to_numpy(dtype=np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
+    copies = np.floor((horizon - created) / window).astype(np.int64).clip(min=0)
+    k = np.arange(copies.sum()) - np.repeat(np.cumsum(copies) - copies, copies) + 1
+    take = np.repeat(np.arange(len(created)), copies)
+    shift = k * window
+    arrival = created[take] + shift
+    columns = {"priority": priority[take] - settings.aging_per_second * shift, "created": arrival,
+               "output": work[take], "deadline": arrival + life, "set_of": first_set + worker[take]}
+    return columns, worker[take]
+
+
 def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
-              set_of: np.ndarray, started: np.ndarray, settings: ReplaySettings, horizon: float) -> _Queue:
+              set_of: np.ndarray, started: np.ndarray, settings: ReplaySettings, horizon: float,
+              served: dict[str, np.ndarray] | None = None) -> _Queue:
     """Existing and arriving requests of one gentype, numbered in queue order."""
     rows = queue.rows
     r = snapshot.requests
@@ -165,6 +207,10 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     created = np.concatenate([-age, shift - age[template]])
     # Ties (same priority and creation) keep queue order; a copy ranks by its template's place.
     tie = np.concatenate([inp.position[rows], len(rows) + inp.position[rows][template]])
+    served = served if served is not None else _no_served()
+    priority = np.concatenate([priority, served["priority"]])
+    created = np.concatenate([created, served["created"]])
+    tie = np.concatenate([tie, 2 * len(rows) + np.arange(len(served["created"]))])
     order = np.lexsort((tie, created, -priority))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
@@ -172,12 +218,12 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     deadline = np.where(started, np.inf, inp.seconds_left[rows])
     user_codes, user_names = pd.factorize(r.user_id[mine].astype(object))
     columns = {
-        "set_of": np.concatenate([set_of, set_of[template]]),
-        "user": np.concatenate([user_codes, user_codes[template]]),
-        "jobs": np.concatenate([inp.n[rows], r.jobs[mine[template]]]).astype(np.int64),
-        "output": np.concatenate([_job_output(snapshot, mine), _job_output(snapshot, mine[template])]),
-        "arrival": np.concatenate([np.zeros(len(rows)), shift - age[template]]),
-        "deadline": np.concatenate([deadline, shift - age[template] + life]),
+        "set_of": np.concatenate([set_of, set_of[template], served["set_of"]]),
+        "user": np.concatenate([user_codes, user_codes[template], np.full(len(served["created"]), -1)]),
+        "jobs": np.concatenate([inp.n[rows], r.jobs[mine[template]], np.ones(len(served["created"]))]).astype(np.int64),
+        "output": np.concatenate([_job_output(snapshot, mine), _job_output(snapshot, mine[template]), served["output"]]),
+        "arrival": np.concatenate([np.zeros(len(rows)), shift - age[template], served["created"]]),
+        "deadline": np.concatenate([deadline, shift - age[template] + life, served["deadline"]]),
     }
     numbered = {name: col[order] for name, col in columns.items()}
     return _Queue(rank_of_row=rank[: len(rows)], user_names=np.asarray(user_names, dtype=object), **numbered)
@@ -243,7 +289,15 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     reachable = set_of >= 0
     deadlines = np.where(started, 0.0, inp.seconds_left[rows])[reachable]
     horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
-    q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon)
+    mine = snap_rows[rows]
+    lives = snapshot.requests.expiry[mine] - snapshot.requests.created[mine]
+    served, served_worker = _served(snapshot, queue.gentype, snapshot.workers.id[worker_rows],
+                                    snapshot.requests.id[mine], len(masks), settings, horizon,
+                                    float(np.median(lives)) if len(lives) else 1200.0)
+    if len(served_worker):
+        # One singleton set per worker that took such a request.
+        masks = np.concatenate([masks, np.eye(masks.shape[1], dtype=bool)])
+    q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
