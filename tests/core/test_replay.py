@@ -258,6 +258,23 @@ def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> No
     _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
 
 
+@pytest.fixture
+def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every replay runs the numba-compiled loop (small ones run interpreted by default)."""
+    from vecsched.core import replay_kernel as K
+
+    monkeypatch.setattr(K, "COMPILE_FROM", 0)
+    assert K.loop_for(0) is not K._KERNEL and "replay_loop" in K._compiled
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(doc=hordes(max_workers=5, max_requests=10))
+def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+
+
 # -- calibrated p90 ---------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from vecsched.core import rules
 from vecsched.core.calibration import calibrated_p90
 from vecsched.core.groups import pack_words, unique_rows
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
-from vecsched.core.replay_kernel import replay_loop
+from vecsched.core.replay_kernel import loop_for
 from vecsched.snapshot.schema import JOB_PROCESSING, TEXT
 
 NAME = "dispatch-replay-v1"
@@ -301,7 +301,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
-    start, done, turn, left = replay_loop(
+    start, done, turn, left = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
         q.jobs, q.output, q.arrival, q.deadline, horizon, settings.poll, settings.overhead)
     k = q.rank_of_row

@@ -1,10 +1,10 @@
 """The event loop of ``dispatch-replay-v1`` (:mod:`vecsched.core.replay`), over flat arrays.
 
 Dispatch is sequential by nature: which request a thread takes depends on what
-every earlier pop took. The loop is written over NumPy arrays in the subset of
-Python that numba compiles; with numba installed it runs compiled (about a
-hundred times faster than the same code interpreted, see docs/replay.md), and
-without it the very same functions run as plain Python.
+every earlier pop took, so NumPy cannot vectorize it. The loop is written over
+NumPy arrays in the subset of Python that numba compiles; :func:`loop_for`
+runs it compiled for large queues (tens of times faster, see docs/replay.md)
+and interpreted for small ones, where compiling would cost more than it saves.
 
 Requests are numbered in queue order (0 first), so a smaller number is a
 higher priority. Each *queue* (an eligible worker set, split by the owners that
@@ -18,21 +18,34 @@ from __future__ import annotations
 
 import numpy as np
 
-try:  # pragma: no cover - which branch runs depends on the environment
-    from numba import njit as _njit
+# Below this many numbered requests the loop runs interpreted: compiling costs
+# seconds once per machine (then cached on disk), importing numba about one.
+COMPILE_FROM = 2_000
+_KERNEL = ("_before", "_sift_up", "_sift_down", "heap_push", "heap_pop", "_pop_head", "_push", "_first",
+           "_pick", "replay_loop")
+_compiled: dict[str, object] = {}
 
-    def jit(function):  # type: ignore[no-untyped-def]
-        """Compile ``function`` with numba (cached on disk)."""
-        return _njit(cache=True, nogil=True, error_model="numpy")(function)
 
-    COMPILED = True
-except ImportError:  # pragma: no cover
+def loop_for(n_requests: int):  # type: ignore[no-untyped-def]
+    """The replay loop to run for ``n_requests`` numbered requests: compiled when worth it and numba is there.
 
-    def jit(function):  # type: ignore[no-untyped-def]
-        """numba is not installed: run ``function`` as plain Python."""
-        return function
+    The functions of the loop are plain Python; the first large replay compiles
+    them all with numba (each compiled function calls the compiled others).
+    """
+    if not _compiled and n_requests >= COMPILE_FROM:
+        try:
+            from numba import njit
+        except ImportError:  # pragma: no cover - numba is a declared dependency
+            return replay_loop
+        compiled = {name: njit(cache=True, nogil=True, error_model="numpy")(globals()[name]) for name in _KERNEL}
+        _compiled.update(compiled)
+        globals().update(compiled)  # numba resolves the helpers through the module's globals
+    return _compiled.get("replay_loop", replay_loop)
 
-    COMPILED = False
+
+def jit(function):  # type: ignore[no-untyped-def]
+    """Mark ``function`` as part of the kernel (compiled together by :func:`loop_for`)."""
+    return function
 
 
 @jit
