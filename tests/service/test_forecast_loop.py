@@ -266,3 +266,15 @@ def test_the_job_records_first_sightings_and_derives_outcomes(redis_store) -> No
     assert text["stall"]["predictions"] == 2 and text["stall"]["stalls"] == 1
     assert text["start"]["expired_share"] == pytest.approx(1 / 3)
     assert text["start"]["cancelled_share"] == pytest.approx(1 / 3)
+
+
+def test_sql_records_expire_and_pairs_leave_the_window(tmp_path) -> None:
+    from vecsched.service.forecasts_sql import SQLPairs
+
+    backend = SQLPairs(f"sqlite:///{tmp_path / 'p.sqlite'}")
+    recorder = ForecastRecorder(backend)
+    recorder.record_forecasts([("old", "text", 1000.0, {"x": FORECAST})], now=900.0)  # lives to 1600
+    recorder.record_forecasts([("new", "text", 5000.0, {"x": FORECAST})], now=4000.0)
+    backend.trim(3000.0, now=2000.0)
+    assert backend.record("old") == {} and "forecast:x" in backend.record("new")
+    assert [p.request_id for p in backend.pairs(0, 1e12)] == ["new"]

@@ -94,7 +94,7 @@ class ForecastTracker:
         if now - self.last_verdict >= self.verdict_every:
             from vecsched.service.promotion import store_verdict
 
-            self.recorder.backend.trim(now - self.recorder.window)
+            self.recorder.backend.trim(now - self.recorder.window, now=now)
             store_verdict(self.recorder.backend, now=now, window=self.recorder.window)
             self.last_verdict = now
         return {"forecasts": recorded, "outcomes": outcomes}

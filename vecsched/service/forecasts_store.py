@@ -107,8 +107,8 @@ class PairBackend(Protocol):
         """Every kept pair with ``since <= at <= until``."""
         ...
 
-    def trim(self, before: float) -> None:
-        """Forget pairs older than ``before``."""
+    def trim(self, before: float, now: float | None = None) -> None:
+        """Forget pairs older than ``before`` (and records expired by ``now``, where TTLs are not native)."""
         ...
 
     def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
@@ -311,7 +311,7 @@ class MemoryPairs:
         with self._lock:
             return [p for p in self._pairs if since <= p.at <= until]
 
-    def trim(self, before: float) -> None:
+    def trim(self, before: float, now: float | None = None) -> None:
         with self._lock:
             self._pairs = [p for p in self._pairs if p.at >= before]
 
@@ -412,7 +412,8 @@ class RedisPairs:
             out.extend(Pair.from_json(*s, m, at) for m, at in members)
         return out
 
-    def trim(self, before: float) -> None:
+    def trim(self, before: float, now: float | None = None) -> None:
+        # Records expire by their own TTL; ``now`` is for backends without one.
         pipe = self.client.pipeline(transaction=False)
         for s in self._all_series():
             pipe.zremrangebyscore(self._series(*s), "-inf", f"({before!r}")
