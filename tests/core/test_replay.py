@@ -360,3 +360,4 @@ def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -
     off = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0,
                                           served_arrivals=False))
     assert [off[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]
+
