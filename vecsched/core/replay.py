@@ -29,7 +29,7 @@ from vecsched.core.calibration import calibrated_p90
 from vecsched.core.groups import pack_words, unique_rows
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
 from vecsched.core.replay_kernel import loop_for
-from vecsched.snapshot.schema import JOB_PROCESSING, TEXT
+from vecsched.snapshot.schema import IMAGE, JOB_PROCESSING, TEXT
 
 NAME = "dispatch-replay-v1"
 
@@ -44,9 +44,11 @@ class ReplaySettings:
     second of delay. ``poll``: seconds an idle thread waits before asking
     again; ``overhead``: seconds between a job's end and the next pop.
     ``max_horizon``: the replay never looks further ahead than this.
-    ``served_arrivals``: also repeat the requests of the window that are no
-    longer waiting (served at once, often by priority), from the snapshot's
-    dispatches: each dispatch one job, on the worker that took it.
+    ``served_arrivals``: the gentypes (codes) for which the requests of the
+    window that no longer wait (served at once, often by priority) are also
+    repeated, from the snapshot's dispatches: each dispatch one job, on the
+    worker that took it. Image only by default: in the simulator it lifted
+    image and hurt text (docs/replay.md).
     """
 
     arrival_window: float = 300.0
@@ -54,7 +56,7 @@ class ReplaySettings:
     poll: float = 3.0
     overhead: float = 1.0
     max_horizon: float = 3600.0
-    served_arrivals: bool = True
+    served_arrivals: tuple[int, ...] = (IMAGE,)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     serves it.
     """
     window = settings.arrival_window
-    if not settings.served_arrivals or window <= 0 or not snapshot.dispatches:
+    if gentype not in settings.served_arrivals or window <= 0 or not snapshot.dispatches:
         return _no_served(), np.zeros(0, dtype=np.int64)
     d = pd.DataFrame(list(snapshot.dispatches))
     epoch = pd.Timestamp(0, tz="UTC")
