@@ -50,6 +50,7 @@ class Size:
     tracemalloc: bool = True
     timeout_s: float = 300.0
     max_rss_bytes: int = 10 * GiB
+    horde: str = "realistic"
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Plan:
     worker_sweep: tuple[int, ...]
     sweep_defaults: dict[str, Any] = field(default_factory=dict)
     service: bool = False
+    # Requests of the adversarial sweep (every request names 2-5 random models), at request_sweep_workers.
+    adversarial_sweep: tuple[int, ...] = ()
 
 
 PLANS: dict[str, Plan] = {
@@ -80,6 +83,7 @@ PLANS: dict[str, Plan] = {
         worker_sweep=(125, 250, 500, 1_000, 2_000, 4_000, 8_000),
         sweep_defaults={"repeats": 3, "reference_sample": 10, "dense_max_flops": 6e11, "tracemalloc": False},
         service=True,
+        adversarial_sweep=(3_125, 6_250, 12_500, 25_000, 50_000),
     ),
     "quick": Plan(
         sizes=(
@@ -91,6 +95,7 @@ PLANS: dict[str, Plan] = {
         worker_sweep_requests=10_000,
         worker_sweep=(100, 200, 400, 800, 1_600),
         sweep_defaults={"repeats": 3, "reference_sample": 5, "dense_max_flops": 2e10, "tracemalloc": False},
+        adversarial_sweep=(2_000, 4_000, 8_000, 16_000),
     ),
     "toy": Plan(
         sizes=(Size("today", 30, 300, repeats=2, reference_sample=5),),
@@ -99,6 +104,7 @@ PLANS: dict[str, Plan] = {
         worker_sweep_requests=200,
         worker_sweep=(10, 20, 40),
         sweep_defaults={"repeats": 1, "reference_sample": 2, "dense_max_flops": 1e9, "tracemalloc": False},
+        adversarial_sweep=(100, 200),
     ),
 }
 
@@ -127,7 +133,7 @@ def run_size(size: Size, seed: int = 0, log=print) -> dict[str, Any]:
             sys.executable, "-m", "benchmarks.measure",
             "--workers", str(size.workers), "--requests", str(size.requests), "--seed", str(seed),
             "--repeats", str(size.repeats), "--reference-sample", str(size.reference_sample),
-            "--dense-max-flops", repr(size.dense_max_flops), "--out", out,
+            "--dense-max-flops", repr(size.dense_max_flops), "--out", out, "--horde", size.horde,
         ]
         if not size.dense:
             cmd.append("--no-dense")
@@ -199,6 +205,20 @@ def run_service(workers: int, requests: int, log=print, timeout_s: float = 600.0
     return result
 
 
+def run_publish(requests: int, log=print, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Publishing ``requests`` payloads to Redis three ways side by side (:mod:`benchmarks.publish`)."""
+    cmd = [sys.executable, "-m", "benchmarks.publish", "--requests", str(requests), "--rounds", "5"]
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout_s:.0f} s"}
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    result = json.loads(done.stdout)
+    log(f"publish {requests}: " + ", ".join(f"{k} {v:.3f}s" for k, v in result["publish_s"].items()))
+    return result
+
+
 # ---------------------------------------------------------------------------------
 # Sweeps and fits
 # ---------------------------------------------------------------------------------
@@ -242,14 +262,17 @@ def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
 def run_sweep(kind: str, plan: Plan, seed: int, log=print) -> dict[str, Any]:
     d = plan.sweep_defaults
     points = []
-    values = plan.request_sweep if kind == "requests" else plan.worker_sweep
+    over_requests = kind.startswith("requests")
+    values = {"requests": plan.request_sweep, "workers": plan.worker_sweep,
+              "requests-adversarial": plan.adversarial_sweep}[kind]
+    extra = {"horde": "adversarial"} if kind == "requests-adversarial" else {}
     for v in values:
-        workers, requests = (plan.request_sweep_workers, v) if kind == "requests" else (v, plan.worker_sweep_requests)
-        points.append(run_size(Size(f"{kind}-sweep", workers, requests, **d), seed=seed, log=log))
+        workers, requests = (plan.request_sweep_workers, v) if over_requests else (v, plan.worker_sweep_requests)
+        points.append(run_size(Size(f"{kind}-sweep", workers, requests, **d, **extra), seed=seed, log=log))
     # Fit against what the estimator actually gets: waiting requests (or workers).
-    x = [p.get("waiting") if kind == "requests" else p["workers"] for p in points]
+    x = [p.get("waiting") if over_requests else p["workers"] for p in points]
     fits = {name: fit_exponent(x, ys) for name, ys in series(points).items()}
-    fixed = {"workers": plan.request_sweep_workers} if kind == "requests" else {"requests": plan.worker_sweep_requests}
+    fixed = {"workers": plan.request_sweep_workers} if over_requests else {"requests": plan.worker_sweep_requests}
     return {"over": kind, "fixed": fixed, "x": x, "points": points, "fits": fits}
 
 
@@ -320,9 +343,11 @@ def run(mode: str, out_dir: Path, seed: int = 0, readme: bool | None = None, log
     }
     for size in plan.sizes:
         results["sizes"][size.name] = run_size(size, seed=seed, log=log)
-    results["sweeps"] = {kind: run_sweep(kind, plan, seed, log=log) for kind in ("requests", "workers")}
+    kinds = ("requests", "workers") + (("requests-adversarial",) if plan.adversarial_sweep else ())
+    results["sweeps"] = {kind: run_sweep(kind, plan, seed, log=log) for kind in kinds}
     if plan.service:
         results["service"] = run_service(2_000, 50_000, log=log)
+        results["publish"] = run_publish(300_000, log=log)
     results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results["elapsed_s"] = time.perf_counter() - started
     results["machine"]["load_average_end"] = os.getloadavg()

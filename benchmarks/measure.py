@@ -81,6 +81,7 @@ def measure(
     dense_max_flops: float = 2e12,
     tracemalloc_run: bool = True,
     out: str | None = None,
+    horde_kind: str = "realistic",
 ) -> dict[str, Any]:
     """Measure one size; see the module docstring for the phases. Returns the result mapping.
 
@@ -90,11 +91,17 @@ def measure(
     >>> res["waiting"] > 0 and res["dense"]["agreement"]["agrees"]
     True
     """
-    result: dict[str, Any] = {"workers": workers, "requests": requests, "seed": seed, "phase": "start"}
+    result: dict[str, Any] = {"workers": workers, "requests": requests, "seed": seed, "phase": "start",
+                              "horde": horde_kind}
     result["rss_start_bytes"] = max_rss_bytes()
 
     t = perf_counter()
-    snap = horde(workers=workers, requests=requests, seed=seed)
+    if horde_kind == "adversarial":
+        from benchmarks.adversarial import adversarial_horde
+
+        snap = adversarial_horde(workers, requests, seed=seed)
+    else:
+        snap = horde(workers=workers, requests=requests, seed=seed)
     result["synthesize_s"] = perf_counter() - t
     result["input_bytes"] = input_bytes(snap)
     result["jobs"] = len(snap.jobs)
@@ -239,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dense-max-flops", type=float, default=2e12)
     ap.add_argument("--no-tracemalloc", action="store_true")
     ap.add_argument("--out", default=None, help="result file (rewritten after every phase)")
+    ap.add_argument("--horde", choices=("realistic", "adversarial"), default="realistic",
+                    help="adversarial: every request names 2 to 5 random models (benchmarks/adversarial.py)")
     args = ap.parse_args(argv)
     result = measure(
         args.workers,
@@ -250,6 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         dense_max_flops=args.dense_max_flops,
         tracemalloc_run=not args.no_tracemalloc,
         out=args.out,
+        horde_kind=args.horde,
     )
     if args.out is None:
         json.dump(result, sys.stdout, indent=1, default=_jsonable)

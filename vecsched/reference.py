@@ -257,10 +257,26 @@ def passes_gates_except_speed(worker: Mapping[str, Any], request: Mapping[str, A
         return False
     if not is_online(worker, ctx.now) or not is_waiting(request, ctx.now):
         return False
-    # 2. maintenance serves only the owner; paused is handed decoys only
-    if worker["maintenance"] and worker["user_id"] != request["user_id"]:
-        return False
+    # paused is handed decoys only
     if worker["paused"]:
+        return False
+    # 6. excluded pairs
+    if (worker["id"], request["id"]) in ctx.excluded:
+        return False
+    if not passes_shared_gates(worker, request):
+        return False
+    if request["gentype"] == "text":
+        return passes_text_gates(worker, request)
+    if effective_speed(worker) < IMAGE_SLOW_SPEED and not request["slow_workers"]:
+        return False  # image gate 8, slow workers
+    return passes_image_limits(worker, request) and passes_image_options(worker, request)
+
+
+def passes_shared_gates(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """The gates both gentypes share that read only the two rows: maintenance, nsfw, trust,
+    targeting and models (SPEC section 3, gates 2 to 5)."""
+    # 2. maintenance serves only the owner
+    if worker["maintenance"] and worker["user_id"] != request["user_id"]:
         return False
     # 3. nsfw and trust
     if request["nsfw"] and not worker["nsfw"]:
@@ -278,15 +294,11 @@ def passes_gates_except_speed(worker: Mapping[str, Any], request: Mapping[str, A
     # 5. models
     if request["models"] and not (_models(request) & _models(worker)):
         return False
-    # 6. excluded pairs
-    if (worker["id"], request["id"]) in ctx.excluded:
-        return False
-    if request["gentype"] == "text":
-        return _text_gates(worker, request)
-    return _image_gates(worker, request)
+    return True
 
 
-def _text_gates(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+def passes_text_gates(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Text gates 7 and 8: the kind of job with its length limits, and validated backends."""
     # 7. kind of job and length limits
     if request["is_chat"]:
         if worker["chat_mode"] not in ("opt_in", "only"):
@@ -308,16 +320,17 @@ def _text_gates(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
     return True
 
 
-def _image_gates(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
-    # 7. size
+def passes_image_limits(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Image gates 7 and 8 but the speed: the size, and extra slow workers."""
     if request["width"] * request["height"] > worker["max_pixels"]:
-        return False
-    # 8. slow and extra slow
-    if effective_speed(worker) < IMAGE_SLOW_SPEED and not request["slow_workers"]:
         return False
     if worker["extra_slow_worker"] and not request["extra_slow_workers"]:
         return False
-    # 9. options: allow flag where one exists, and the bridge capability
+    return True
+
+
+def passes_image_options(worker: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    """Image gate 9: each option's allow flag where one exists, and the bridge capability."""
     caps = bridge_capabilities(worker["bridge_agent"])
     for option, allow, capability in image_options(request):
         if allow is not None and not worker[allow]:

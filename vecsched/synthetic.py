@@ -23,15 +23,16 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
-from vecsched.core.rules import ONLINE_WINDOW_SECONDS
-from vecsched.snapshot.snapshot import ListColumn, Snapshot, _to_epoch
+from vecsched.core.rules import ONLINE_WINDOW_SECONDS, model_table
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot
+from vecsched.snapshot.times import to_epoch
 
 __all__ = ["DEFAULT_NOW", "REQUEST_LIFETIME", "SHAPE_DEFAULTS", "SHAPE_OPTIONS", "horde", "shape_options"]
 
@@ -211,7 +212,7 @@ def horde(
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     opts = shape_options(**shape)
-    t_now = DEFAULT_NOW if now is None else _to_epoch(now)
+    t_now = DEFAULT_NOW if now is None else to_epoch(now)
     rng = np.random.default_rng(seed)
     ref = _reference()
     users = _draw_users(rng, int(workers), int(requests), opts)
@@ -249,11 +250,7 @@ class _Reference:
 
 @lru_cache(maxsize=1)
 def _reference() -> _Reference:
-    data = resources.files("vecsched.data")
-    with data.joinpath("text_models.csv").open("r", encoding="utf-8") as fh:
-        text = pd.read_csv(fh)
-    with data.joinpath("image_models.csv").open("r", encoding="utf-8") as fh:
-        image = pd.read_csv(fh)
+    text, image = model_table("text"), model_table("image")
     text_names = text["name"].to_numpy(dtype=object)
     image_names = image["name"].to_numpy(dtype=object)
     return _Reference(
@@ -426,11 +423,62 @@ class _Workers:
 def _draw_workers(
     rng: np.random.Generator, n: int, now: float, opts: dict[str, Any], ref: _Reference, users: _Users
 ) -> _Workers:
+    # The draws keep their order, so that a seed gives the same horde as before.
     gentype = np.where(rng.random(n) < opts["text_share"], TEXT, IMAGE).astype(np.int8)
     is_text = gentype == TEXT
-    n_text = int(is_text.sum())
-    text_rows, image_rows = np.flatnonzero(is_text), np.flatnonzero(~is_text)
+    models = _draw_worker_models(rng, is_text, opts, ref)
+    speed = _draw_worker_speeds(rng, is_text, models.first_code, opts, ref)
+    state = _draw_worker_state(rng, n, now, opts)
+    owner = _draw_owners(rng, n, opts, users)
+    agent = _draw_bridge_agents(rng, is_text, models.first_code, ref)
+    limits = _draw_text_limits(rng, is_text, opts)
+    max_pixels = np.where(is_text, 262144, _pick(rng, *_split(_MAX_PIXELS), n)).astype(np.int64)
+    ids = _uuids(rng, n)
+    columns = {
+        "id": ids,
+        "user_id": users.ids[owner],
+        "gentype": gentype,
+        "owner_trusted": users.trusted[owner],
+        "last_check_in": state.last_check_in,
+        "threads": state.threads,
+        "speed": speed,
+        "maintenance": state.maintenance,
+        "paused": state.paused,
+        "nsfw": state.nsfw,
+        "models": ListColumn(models.offsets, ref.names[models.codes]),
+        "bridge_agent": agent,
+        **limits,
+        "max_pixels": max_pixels,
+        **_draw_image_flags(rng, ~is_text, speed),
+    }
+    online = state.age <= ONLINE_WINDOW_SECONDS
+    return _Workers(
+        columns=columns,
+        gentype=gentype,
+        online=online,
+        usable=online & ~state.paused,
+        model_offsets=models.offsets,
+        model_codes=models.codes,
+        ids=ids,
+        owner=owner,
+        maintenance=state.maintenance,
+        text_pool=models.text_pool,
+        image_pool=models.image_pool,
+    )
 
+
+@dataclass(frozen=True)
+class _WorkerModels:
+    text_pool: np.ndarray
+    image_pool: np.ndarray
+    offsets: np.ndarray
+    codes: np.ndarray
+    first_code: np.ndarray  # each worker's first model
+
+
+def _draw_worker_models(rng: np.random.Generator, is_text: np.ndarray, opts: dict[str, Any], ref: _Reference) -> _WorkerModels:
+    n, n_text = len(is_text), int(is_text.sum())
+    text_rows, image_rows = np.flatnonzero(is_text), np.flatnonzero(~is_text)
     # Model pools: which reference models are in use, most popular first.
     n_text_ref = len(ref.text_names)
     text_pool = rng.permutation(n_text_ref)[: opts["text_model_pool"]]
@@ -453,17 +501,36 @@ def _draw_workers(
     model_offsets, model_codes = _csr(n, rows, codes)
     # Every worker serves at least one model (k >= 1 and the pools are not empty).
     first_code = model_codes[model_offsets[:-1]] if n else np.zeros(0, dtype=np.int64)
+    return _WorkerModels(text_pool, image_pool, model_offsets, model_codes, first_code)
 
-    # Speeds: lognormal like volunteers' hardware. Bigger text models run slower,
-    # so a worker's median tracks its first model's size.
-    params = np.where(is_text, ref.text_parameters[np.minimum(first_code, n_text_ref - 1)], 13e9)
+
+def _draw_worker_speeds(
+    rng: np.random.Generator, is_text: np.ndarray, first_code: np.ndarray, opts: dict[str, Any], ref: _Reference
+) -> np.ndarray:
+    """Lognormal like volunteers' hardware; bigger text models run slower, so a
+    worker's median tracks its first model's size."""
+    n = len(is_text)
+    params = np.where(is_text, ref.text_parameters[np.minimum(first_code, len(ref.text_names) - 1)], 13e9)
     params = np.maximum(params, 1e8)
     text_median = 12.0 * (params / 13e9) ** -0.2
     text_speed = np.clip(rng.lognormal(0.0, 0.7, size=n) * text_median, 0.3, 120.0).round(2)
     image_speed = np.clip(rng.lognormal(math.log(1.1e6), 0.8, size=n), 5e4, 2e7).round(0)
     speed = np.where(is_text, text_speed, image_speed)
     speed[rng.random(n) < opts["unsampled_share"]] = np.nan
+    return speed
 
+
+@dataclass(frozen=True)
+class _WorkerState:
+    threads: np.ndarray
+    age: np.ndarray  # seconds since the last check-in
+    last_check_in: np.ndarray
+    paused: np.ndarray
+    maintenance: np.ndarray
+    nsfw: np.ndarray
+
+
+def _draw_worker_state(rng: np.random.Generator, n: int, now: float, opts: dict[str, Any]) -> _WorkerState:
     threads = _pick(rng, *_split(_THREADS), n).astype(np.int32)
     offline = rng.random(n) < opts["offline_share"]
     # Online workers check in every few seconds; offline ones went away minutes to days ago.
@@ -472,20 +539,26 @@ def _draw_workers(
         ONLINE_WINDOW_SECONDS + 1.0 + rng.exponential(3 * 3600.0, size=n),
         np.minimum(rng.exponential(6.0, size=n), ONLINE_WINDOW_SECONDS - 5.0),
     )
-    last_check_in = np.round(now - age, 3)
     paused = rng.random(n) < opts["paused_share"]
     maintenance = rng.random(n) < opts["maintenance_share"]
     nsfw = rng.random(n) < 0.75
+    return _WorkerState(threads, age, np.round(now - age, 3), paused, maintenance, nsfw)
 
-    # Owners: a few users run many workers. Owners come from the users who also
-    # send requests, so maintenance workers meet some of their owners' own requests.
+
+def _draw_owners(rng: np.random.Generator, n: int, opts: dict[str, Any], users: _Users) -> np.ndarray:
+    """A few users run many workers. Owners come from the users who also send
+    requests, so maintenance workers meet some of their owners' own requests."""
     n_owners = max(1, min(len(users.ids), int(0.8 * n)))
     owner_rank = rng.choice(n_owners, size=n, p=_zipf(n_owners, 1.2))
     owner = rng.permutation(len(users.ids))[:n_owners][owner_rank]
     users.trusted[owner] = rng.random(n) < opts["trusted_owner_share"]
+    return owner
 
-    # Bridges follow the first model's family (its name prefix), judged once per
-    # reference name rather than once per worker.
+
+def _draw_bridge_agents(rng: np.random.Generator, is_text: np.ndarray, first_code: np.ndarray, ref: _Reference) -> np.ndarray:
+    """Bridges follow the first model's family (its name prefix), judged once per
+    reference name rather than once per worker."""
+    n = len(is_text)
     prefix = pd.Series(ref.names, dtype=object).str.split("/", n=1).str[0].to_numpy(dtype=object)
     family = prefix[first_code]
     agent = np.empty(n, dtype=object)
@@ -503,47 +576,42 @@ def _draw_workers(
     regen = ~is_text & (rng.random(n) < 0.95)
     major = _pick(rng, np.arange(9), _REGEN_MAJOR_WEIGHTS, int(regen.sum()))
     agent[regen] = regen_agents[major + 9 * (rng.random(len(major)) < 0.3)]
+    return agent
 
-    # Text limits and chat mode; chat limits default to the text limits.
+
+def _draw_text_limits(rng: np.random.Generator, is_text: np.ndarray, opts: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Text limits and chat mode; chat limits default to the text limits."""
+    n, text_rows = len(is_text), np.flatnonzero(is_text)
     max_length = np.full(n, 512, dtype=np.int32)
     max_context = np.full(n, 2048, dtype=np.int32)
-    max_length[text_rows] = _pick(rng, *_split(_TEXT_MAX_LENGTHS), n_text)
-    max_context[text_rows] = _pick(rng, *_split(_TEXT_CONTEXTS), n_text)
+    max_length[text_rows] = _pick(rng, *_split(_TEXT_MAX_LENGTHS), len(text_rows))
+    max_context[text_rows] = _pick(rng, *_split(_TEXT_CONTEXTS), len(text_rows))
     u = rng.random(n)
+    opt_in, only = opts["chat_opt_in_share"], opts["chat_only_share"]
     chat_mode = np.full(n, CHAT_NONE, dtype=np.int8)
-    chat_mode[is_text & (u < opts["chat_opt_in_share"])] = CHAT_OPT_IN
-    chat_mode[is_text & (u >= opts["chat_opt_in_share"]) & (u < opts["chat_opt_in_share"] + opts["chat_only_share"])] = CHAT_ONLY
+    chat_mode[is_text & (u < opt_in)] = CHAT_OPT_IN
+    chat_mode[is_text & (u >= opt_in) & (u < opt_in + only)] = CHAT_ONLY
     own_chat_limits = (chat_mode != CHAT_NONE) & (rng.random(n) < 0.4)
-    chat_max_length = np.where(own_chat_limits, _pick(rng, *_split(_TEXT_MAX_LENGTHS), n), max_length).astype(np.int32)
-    chat_max_context = np.where(own_chat_limits, _pick(rng, *_split(_TEXT_CONTEXTS), n), max_context).astype(np.int32)
+    return {
+        "max_length": max_length,
+        "max_context_length": max_context,
+        "chat_mode": chat_mode,
+        "chat_max_length": np.where(own_chat_limits, _pick(rng, *_split(_TEXT_MAX_LENGTHS), n), max_length).astype(np.int32),
+        "chat_max_context_length": np.where(own_chat_limits, _pick(rng, *_split(_TEXT_CONTEXTS), n), max_context).astype(
+            np.int32
+        ),
+    }
 
-    # Image limits and allow flags.
-    max_pixels = np.where(is_text, 262144, _pick(rng, *_split(_MAX_PIXELS), n)).astype(np.int64)
-    img = ~is_text
+
+def _draw_image_flags(rng: np.random.Generator, img: np.ndarray, speed: np.ndarray) -> dict[str, np.ndarray]:
+    """Image workers' allow flags; text workers keep the defaults."""
+    n = len(img)
 
     def flag(share: float, default: bool) -> np.ndarray:
         return np.where(img, rng.random(n) < share, default)
 
     slow_image = img & (np.nan_to_num(speed, nan=1e6) < 4e5)
-    columns = {
-        "id": _uuids(rng, n),
-        "user_id": users.ids[owner],
-        "gentype": gentype,
-        "owner_trusted": users.trusted[owner],
-        "last_check_in": last_check_in,
-        "threads": threads,
-        "speed": speed,
-        "maintenance": maintenance,
-        "paused": paused,
-        "nsfw": nsfw,
-        "models": ListColumn(model_offsets, ref.names[model_codes]),
-        "bridge_agent": agent,
-        "max_length": max_length,
-        "max_context_length": max_context,
-        "chat_mode": chat_mode,
-        "chat_max_length": chat_max_length,
-        "chat_max_context_length": chat_max_context,
-        "max_pixels": max_pixels,
+    return {
         "allow_img2img": flag(0.85, True),
         "allow_painting": flag(0.8, True),
         "allow_post_processing": flag(0.85, True),
@@ -553,20 +621,6 @@ def _draw_workers(
         # Slow image workers are the ones that mark themselves extra slow.
         "extra_slow_worker": (slow_image & (rng.random(n) < 0.5)) | (img & (rng.random(n) < 0.02)),
     }
-    online = age <= ONLINE_WINDOW_SECONDS
-    return _Workers(
-        columns=columns,
-        gentype=gentype,
-        online=online,
-        usable=online & ~paused,
-        model_offsets=model_offsets,
-        model_codes=model_codes,
-        ids=columns["id"],
-        owner=owner,
-        maintenance=maintenance,
-        text_pool=text_pool,
-        image_pool=image_pool,
-    )
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -601,11 +655,65 @@ def _draw_requests(
     users: _Users,
     w: _Workers,
 ) -> _Requests:
+    # The draws keep their order, so that a seed gives the same horde as before.
     gentype = np.where(rng.random(n) < opts["text_request_share"], TEXT, IMAGE).astype(np.int8)
     is_text = gentype == TEXT
     img = ~is_text
-    n_users = len(users.ids)
-    # A few users (bots, front ends) send most requests.
+    user = _draw_senders(rng, gentype, opts, users, w)
+    created = _draw_created(rng, n, now, opts)
+    count = np.where(is_text, _pick(rng, *_split(_TEXT_N), n), _pick(rng, *_split(_IMAGE_N), n)).astype(np.int32)
+    zero_n = rng.random(n) < opts["zero_n_share"]
+    targets = _draw_targets(rng, gentype, opts, w)
+    models = _draw_request_models(rng, gentype, opts, ref, w, targets)
+    lengths = _draw_request_lengths(rng, is_text, models.first_code, opts, w, len(ref.names))
+    source = _draw_sources(rng, img, opts)
+
+    def share(key: str, among: np.ndarray = img) -> np.ndarray:
+        return _share_of(rng, opts[key], among)
+
+    columns = {
+        "id": _uuids(rng, n),
+        "user_id": users.ids[user],
+        "gentype": gentype,
+        "created": created,
+        "expiry": created + REQUEST_LIFETIME,
+        "extra_priority": users.priority[user],
+        "n": np.where(zero_n, 0, count).astype(np.int32),
+        "jobs": count.copy(),  # raised below by the jobs already handed out
+        "active": rng.random(n) >= opts["inactive_share"],
+        "faulted": rng.random(n) < opts["faulted_share"],
+        "models": ListColumn(models.offsets, ref.names[models.codes]),
+        "slow_workers": rng.random(n) >= opts["no_slow_share"],
+        "trusted_workers": rng.random(n) < opts["trusted_share"],
+        "nsfw": rng.random(n) < opts["nsfw_share"],
+        "worker_blacklist": targets.blocklist,
+        "worker_ids": ListColumn(targets.offsets, targets.values),
+        **lengths,
+        "validated_backends": share("validated_share", is_text),
+        "width": np.where(img, source.size[:, 0], 512).astype(np.int64),
+        "height": np.where(img, source.size[:, 1], 512).astype(np.int64),
+        "steps": np.where(img, _pick(rng, *_split(_STEPS), n), 30).astype(np.int64),
+        "extra_slow_workers": share("extra_slow_share"),
+        "source_image": source.source_image,
+        "loras": share("lora_share"),
+        "tis": share("ti_share"),
+        "control_type": source.control,
+        "hires_fix": share("hires_fix_share"),
+        "tiling": share("tiling_share"),
+        "transparent": share("transparent_share"),
+        "extra_source_images": share("extra_source_images_share") & source.source_image,
+        "source_processing": source.processing,
+        "post_processing": np.where(source.post, np.where(rng.random(n) < 0.8, 1, 2), 0).astype(np.int32),
+        "r2": ~img | (rng.random(n) < 0.97),
+    }
+    return _Requests(columns=columns, gentype=gentype, created=created, first_code=models.first_code)
+
+
+def _draw_senders(
+    rng: np.random.Generator, gentype: np.ndarray, opts: dict[str, Any], users: _Users, w: _Workers
+) -> np.ndarray:
+    """Each request's user: a few users (bots, front ends) send most requests."""
+    n, n_users = len(gentype), len(users.ids)
     user = rng.permutation(n_users)[rng.choice(n_users, size=n, p=_zipf(n_users, 1.0))]
     # Owners put workers in maintenance to test them with their own requests,
     # the one case where a worker in maintenance is eligible.
@@ -614,22 +722,34 @@ def _draw_requests(
         rows = np.flatnonzero((gentype == g) & (rng.random(n) < opts["owner_request_share"]))
         if len(testers):
             user[rows] = testers[rng.integers(0, len(testers), size=len(rows))]
+    return user
 
-    # Ages as in a live queue: many fresh requests, the rest spread over the
-    # 20-minute lifetime; a few already past their expiry.
+
+def _draw_created(rng: np.random.Generator, n: int, now: float, opts: dict[str, Any]) -> np.ndarray:
+    """Ages as in a live queue: many fresh requests, the rest spread over the
+    20-minute lifetime; a few already past their expiry."""
     age = np.where(
         rng.random(n) < 0.6, rng.exponential(150.0, size=n), rng.uniform(0.0, REQUEST_LIFETIME, size=n)
     )
     age = np.minimum(age, REQUEST_LIFETIME - 1.0)
     expired = rng.random(n) < opts["expired_share"]
     age[expired] = REQUEST_LIFETIME + rng.uniform(0.0, 600.0, size=int(expired.sum()))
-    created = np.round(now - age, 3)
+    return np.round(now - age, 3)
 
-    count = np.where(is_text, _pick(rng, *_split(_TEXT_N), n), _pick(rng, *_split(_IMAGE_N), n)).astype(np.int32)
-    zero_n = rng.random(n) < opts["zero_n_share"]
 
-    # Targets: an allow list of one or two workers (mostly online ones), or a block list.
-    n_w = len(w.ids)
+@dataclass(frozen=True)
+class _Targets:
+    row: np.ndarray  # (request, worker) pairs, sorted by request
+    worker: np.ndarray
+    offsets: np.ndarray  # the worker_ids list column
+    values: np.ndarray
+    has_target: np.ndarray
+    blocklist: np.ndarray
+
+
+def _draw_targets(rng: np.random.Generator, gentype: np.ndarray, opts: dict[str, Any], w: _Workers) -> _Targets:
+    """An allow list of one or two workers (mostly online ones), or a block list."""
+    n, n_w = len(gentype), len(w.ids)
     targeted = rng.random(n) < opts["targeted_share"]
     blocklist = rng.random(n) < opts["blocklist_share"]
     k = np.where(blocklist, rng.integers(1, 4, size=n), _pick(rng, [1, 2], [0.7, 0.3], n))
@@ -647,52 +767,40 @@ def _draw_requests(
     t_row = np.concatenate(t_rows) if t_rows else np.zeros(0, dtype=np.int64)
     t_worker = np.concatenate(t_workers) if t_workers else np.zeros(0, dtype=np.int64)
     t_row, t_worker = _unique_pairs(t_row, t_worker, max(n_w, 1))
-    target_offsets, target_values = _csr(n, t_row, w.ids[t_worker] if len(t_worker) else np.zeros(0, dtype=object))
-    has_target = np.diff(target_offsets) > 0
-    blocklist &= has_target
+    offsets, values = _csr(n, t_row, w.ids[t_worker] if len(t_worker) else np.zeros(0, dtype=object))
+    has_target = np.diff(offsets) > 0
+    return _Targets(t_row, t_worker, offsets, values, has_target, blocklist & has_target)
 
-    # Models: mostly one served model (popular ones more), some several, some
-    # none, a few a model nobody serves; allow-listed requests mostly ask for
-    # their target's model, as people who pick a worker do.
+
+@dataclass(frozen=True)
+class _RequestModels:
+    offsets: np.ndarray
+    codes: np.ndarray
+    first_code: np.ndarray  # first named model, -1 for any model
+
+
+def _draw_request_models(
+    rng: np.random.Generator, gentype: np.ndarray, opts: dict[str, Any], ref: _Reference, w: _Workers, targets: _Targets
+) -> _RequestModels:
+    """Mostly one served model (popular ones more), some several, some none, a
+    few a model nobody serves; allow-listed requests mostly ask for their
+    target's model, as people who pick a worker do."""
+    n = len(gentype)
     u = rng.random(n)
     a, s, x = opts["any_model_share"], opts["several_models_share"], opts["unserved_model_share"]
     kind = np.select([u < a, u < a + s, u < a + s + x], [_ANY, _SEVERAL, _UNSERVED], _SINGLE)
-    kind[has_target & ~blocklist & (rng.random(n) < 0.8)] = _TARGET
-    n_codes = len(ref.names)
+    kind[targets.has_target & ~targets.blocklist & (rng.random(n) < 0.8)] = _TARGET
     code = np.full(n, -1, dtype=np.int64)
     m_rows, m_codes = [], []
-    worker_owner = np.repeat(np.arange(n_w), np.diff(w.model_offsets))
-    for g, pool, start, stop in (
-        (TEXT, w.text_pool, 0, len(ref.text_names)),
-        (IMAGE, w.image_pool, len(ref.text_names), n_codes),
-    ):
-        # Clients offer the models that online workers serve; failing that, any in use.
-        of_g = w.gentype[worker_owner] == g
-        served = np.unique(w.model_codes[of_g & w.online[worker_owner]])
-        if len(served) == 0:
-            served = np.unique(w.model_codes[of_g])
-        if len(served) == 0:
-            served = pool
-        rank = np.full(n_codes, np.inf)
-        rank[pool] = np.arange(1, len(pool) + 1)
-        p = rank[served] ** -opts["zipf_exponent"]
-        p /= p.sum()
-        unserved = np.setdiff1d(np.arange(start, stop), served)
-        is_g = gentype == g
-        one = np.flatnonzero(is_g & (kind == _SINGLE))
-        code[one] = served[rng.choice(len(served), size=len(one), p=p)]
-        lost = np.flatnonzero(is_g & (kind == _UNSERVED))
-        code[lost] = unserved[rng.integers(0, len(unserved), size=len(lost))]
-        several = np.flatnonzero(is_g & (kind == _SEVERAL))
-        reps = np.repeat(several, rng.integers(2, 5, size=len(several)))
-        rows_s, codes_s = _unique_pairs(reps, served[rng.choice(len(served), size=len(reps), p=p)], n_codes)
+    for g in (TEXT, IMAGE):
+        rows_s, codes_s = _draw_models_of(rng, g, gentype, kind, code, w, ref, opts)
         m_rows.append(rows_s)
         m_codes.append(codes_s)
     # The first target's first model (pairs are sorted by row, so np.unique finds each row's first).
     via_target = np.flatnonzero(kind == _TARGET)
     first_target = np.zeros(n, dtype=np.int64)
-    target_rows, first_pair = np.unique(t_row, return_index=True)
-    first_target[target_rows] = t_worker[first_pair]
+    target_rows, first_pair = np.unique(targets.row, return_index=True)
+    first_target[target_rows] = targets.worker[first_pair]
     code[via_target] = w.model_codes[w.model_offsets[first_target[via_target]]]
     single = np.flatnonzero(code >= 0)
     rows = np.concatenate([single, *m_rows])
@@ -701,15 +809,64 @@ def _draw_requests(
     first_code = np.full(n, -1, dtype=np.int64)
     named = np.flatnonzero(np.diff(model_offsets) > 0)
     first_code[named] = model_codes[model_offsets[named]]
+    return _RequestModels(model_offsets, model_codes, first_code)
 
-    # Text lengths from a handful of common settings; most clients then cut them
-    # to the largest limits among the online workers of the chosen model, so
-    # that a request fails on its lengths only now and then, as in the horde.
+
+def _draw_models_of(
+    rng: np.random.Generator,
+    g: int,
+    gentype: np.ndarray,
+    kind: np.ndarray,
+    code: np.ndarray,
+    w: _Workers,
+    ref: _Reference,
+    opts: dict[str, Any],
+) -> tuple[np.ndarray, np.ndarray]:
+    """Models of the requests of gentype ``g``: sets ``code`` for one-model requests
+    and returns the (row, code) pairs of the several-model ones."""
+    n_codes, n_text = len(ref.names), len(ref.text_names)
+    pool, start, stop = (w.text_pool, 0, n_text) if g == TEXT else (w.image_pool, n_text, n_codes)
+    worker_owner = np.repeat(np.arange(len(w.ids)), np.diff(w.model_offsets))
+    # Clients offer the models that online workers serve; failing that, any in use.
+    of_g = w.gentype[worker_owner] == g
+    served = np.unique(w.model_codes[of_g & w.online[worker_owner]])
+    if len(served) == 0:
+        served = np.unique(w.model_codes[of_g])
+    if len(served) == 0:
+        served = pool
+    rank = np.full(n_codes, np.inf)
+    rank[pool] = np.arange(1, len(pool) + 1)
+    p = rank[served] ** -opts["zipf_exponent"]
+    p /= p.sum()
+    unserved = np.setdiff1d(np.arange(start, stop), served)
+    is_g = gentype == g
+    one = np.flatnonzero(is_g & (kind == _SINGLE))
+    code[one] = served[rng.choice(len(served), size=len(one), p=p)]
+    lost = np.flatnonzero(is_g & (kind == _UNSERVED))
+    code[lost] = unserved[rng.integers(0, len(unserved), size=len(lost))]
+    several = np.flatnonzero(is_g & (kind == _SEVERAL))
+    reps = np.repeat(several, rng.integers(2, 5, size=len(several)))
+    return _unique_pairs(reps, served[rng.choice(len(served), size=len(reps), p=p)], n_codes)
+
+
+def _draw_request_lengths(
+    rng: np.random.Generator,
+    is_text: np.ndarray,
+    first_code: np.ndarray,
+    opts: dict[str, Any],
+    w: _Workers,
+    n_codes: int,
+) -> dict[str, np.ndarray]:
+    """Text lengths from a handful of common settings; most clients then cut them
+    to the largest limits among the online workers of the chosen model, so
+    that a request fails on its lengths only now and then, as in the horde."""
+    n = len(is_text)
     is_chat = _share_of(rng, opts["chat_share"], is_text)
     max_length = np.where(is_text, _pick(rng, *_split(_REQUEST_MAX_LENGTHS), n), 80).astype(np.int32)
     max_context = np.where(is_text, _pick(rng, *_split(_REQUEST_CONTEXTS), n), 2048).astype(np.int32)
     fit = is_text & (first_code >= 0) & (rng.random(n) < opts["fit_limits_share"])
     wc = w.columns
+    worker_owner = np.repeat(np.arange(len(w.ids)), np.diff(w.model_offsets))
     for chat, modes, length_col, context_col in (
         (False, (CHAT_NONE, CHAT_OPT_IN), "max_length", "max_context_length"),
         (True, (CHAT_OPT_IN, CHAT_ONLY), "chat_max_length", "chat_max_context_length"),
@@ -726,59 +883,29 @@ def _draw_requests(
         rows, cap_len, cap_ctx = rows[served_rows], cap_len[served_rows], cap_ctx[served_rows]
         max_length[rows] = np.minimum(max_length[rows], cap_len)
         max_context[rows] = np.minimum(max_context[rows], cap_ctx)
+    return {"max_length": max_length, "max_context_length": max_context, "is_chat": is_chat}
 
-    # Image sizes, steps and options at the small shares seen in practice.
+
+@dataclass(frozen=True)
+class _Sources:
+    size: np.ndarray  # (width, height) rows
+    control: np.ndarray
+    source_image: np.ndarray
+    processing: np.ndarray  # source_processing codes
+    post: np.ndarray  # uses post-processors
+
+
+def _draw_sources(rng: np.random.Generator, img: np.ndarray, opts: dict[str, Any]) -> _Sources:
+    """Image sizes and source images, at the small shares seen in practice."""
+    n = len(img)
     sizes = np.array([wh for wh, _ in _SIZES])
     size = sizes[rng.choice(len(sizes), size=n, p=np.array([q for _, q in _SIZES]) / sum(q for _, q in _SIZES))]
-
-    def share(key: str, among: np.ndarray = img) -> np.ndarray:
-        return _share_of(rng, opts[key], among)
-
-    control = share("controlnet_share")
-    source_image = share("img2img_share") | control  # controlnet works from a source image
+    control = _share_of(rng, opts["controlnet_share"], img)
+    source_image = _share_of(rng, opts["img2img_share"], img) | control  # controlnet works from a source image
     painting = source_image & ~control & (rng.random(n) < opts["inpainting_share"])
-    source_processing = np.where(
-        painting, np.where(rng.random(n) < 0.2, 3, 2), np.where(source_image, 1, 0)
-    ).astype(np.int8)
-    post = share("post_processing_share")
-    columns = {
-        "id": _uuids(rng, n),
-        "user_id": users.ids[user],
-        "gentype": gentype,
-        "created": created,
-        "expiry": created + REQUEST_LIFETIME,
-        "extra_priority": users.priority[user],
-        "n": np.where(zero_n, 0, count).astype(np.int32),
-        "jobs": count.copy(),  # raised below by the jobs already handed out
-        "active": rng.random(n) >= opts["inactive_share"],
-        "faulted": rng.random(n) < opts["faulted_share"],
-        "models": ListColumn(model_offsets, ref.names[model_codes]),
-        "slow_workers": rng.random(n) >= opts["no_slow_share"],
-        "trusted_workers": rng.random(n) < opts["trusted_share"],
-        "nsfw": rng.random(n) < opts["nsfw_share"],
-        "worker_blacklist": blocklist,
-        "worker_ids": ListColumn(target_offsets, target_values),
-        "max_length": max_length,
-        "max_context_length": max_context,
-        "is_chat": is_chat,
-        "validated_backends": share("validated_share", is_text),
-        "width": np.where(img, size[:, 0], 512).astype(np.int64),
-        "height": np.where(img, size[:, 1], 512).astype(np.int64),
-        "steps": np.where(img, _pick(rng, *_split(_STEPS), n), 30).astype(np.int64),
-        "extra_slow_workers": share("extra_slow_share"),
-        "source_image": source_image,
-        "loras": share("lora_share"),
-        "tis": share("ti_share"),
-        "control_type": control,
-        "hires_fix": share("hires_fix_share"),
-        "tiling": share("tiling_share"),
-        "transparent": share("transparent_share"),
-        "extra_source_images": share("extra_source_images_share") & source_image,
-        "source_processing": source_processing,
-        "post_processing": np.where(post, np.where(rng.random(n) < 0.8, 1, 2), 0).astype(np.int32),
-        "r2": ~img | (rng.random(n) < 0.97),
-    }
-    return _Requests(columns=columns, gentype=gentype, created=created, first_code=first_code)
+    processing = np.where(painting, np.where(rng.random(n) < 0.2, 3, 2), np.where(source_image, 1, 0)).astype(np.int8)
+    post = _share_of(rng, opts["post_processing_share"], img)
+    return _Sources(size, control, source_image, processing, post)
 
 
 # -- jobs in flight and excluded pairs ---------------------------------------------------------

@@ -14,26 +14,10 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core import rules
-from vecsched.snapshot.schema import SOURCE_PROCESSING, TEXT
+from vecsched.snapshot.schema import TEXT
 from vecsched.core.groups import set_codes
-from vecsched.snapshot.snapshot import ListColumn, Snapshot
-
-# What an image request may need of a worker, one bit each.
-NEED_BITS = (
-    "img2img",
-    "painting",
-    "post_processing",
-    "controlnet",
-    "lora",
-    "textual_inversion",
-    "hires_fix",
-    "tiling",
-    "transparent",
-    "extra_source_images",
-    "r2",
-)
-NEED = {name: np.uint16(1 << k) for k, name in enumerate(NEED_BITS)}
-
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot
 
 @dataclass
 class WorkerArrays:
@@ -61,7 +45,7 @@ class WorkerArrays:
     max_pixels: np.ndarray
     image_slow: np.ndarray
     extra_slow: np.ndarray
-    has_bits: np.ndarray  # NEED bits this worker satisfies
+    has_bits: np.ndarray  # rules.OPTION_BIT bits of the image options this worker serves
 
 
 @dataclass
@@ -88,7 +72,7 @@ class RequestArrays:
     max_context_length: np.ndarray
     pixels: np.ndarray
     extra_slow_workers: np.ndarray
-    need_bits: np.ndarray
+    need_bits: np.ndarray  # rules.OPTION_BIT bits of the image options this request uses
     targets: ListColumn  # worker row indices, -1 for ids not in the snapshot
     blacklist: np.ndarray
 
@@ -124,25 +108,6 @@ def worker_arrays(snapshot: Snapshot, user_codes: np.ndarray) -> WorkerArrays:
     if len(models.values):
         can_paint = np.bincount(models.owners(), weights=vocab_inpaint[models.values], minlength=n) > 0
 
-    def cap(name: str) -> np.ndarray:
-        return (caps & rules.CAP[name]) != 0
-
-    has = np.zeros(n, dtype=np.uint16)
-    for need, ok in (
-        ("img2img", w.allow_img2img & cap("img2img")),
-        ("painting", w.allow_painting & cap("inpainting") & can_paint),
-        ("post_processing", w.allow_post_processing & cap("post_processing")),
-        ("controlnet", w.allow_controlnet & cap("controlnet")),
-        ("lora", w.allow_lora & cap("lora")),
-        ("textual_inversion", cap("textual_inversion")),
-        ("hires_fix", cap("hires_fix")),
-        ("tiling", cap("tiling")),
-        ("transparent", w.allow_sdxl_controlnet & cap("layer_diffuse")),
-        ("extra_source_images", cap("extra_source_images")),
-        ("r2", cap("r2")),
-    ):
-        has |= np.where(ok, NEED[need], 0).astype(np.uint16)
-
     return WorkerArrays(
         ids=w.id,
         gentype=gentype,
@@ -166,7 +131,7 @@ def worker_arrays(snapshot: Snapshot, user_codes: np.ndarray) -> WorkerArrays:
         max_pixels=w.max_pixels.astype(np.int64),
         image_slow=speed < rules.IMAGE_SLOW_SPEED,
         extra_slow=w.extra_slow_worker,
-        has_bits=has,
+        has_bits=rules.options_served(w, caps, can_paint),
     )
 
 
@@ -184,26 +149,6 @@ def request_arrays(snapshot: Snapshot, user_codes: np.ndarray, worker_index: pd.
     height = sub.height.astype(np.int64)
     pixels = width * height
     output = np.where(gentype == TEXT, sub.max_length.astype(np.int64), pixels * sub.steps.astype(np.int64))
-
-    processing = sub.source_processing
-    painting = (processing == SOURCE_PROCESSING.index("inpainting")) | (
-        processing == SOURCE_PROCESSING.index("outpainting")
-    )
-    need = np.zeros(len(rows), dtype=np.uint16)
-    for name, used in (
-        ("img2img", sub.source_image),  # SPEC 3 image 9: the source image alone decides
-        ("painting", painting),
-        ("post_processing", sub.post_processing > 0),
-        ("controlnet", sub.control_type),
-        ("lora", sub.loras),
-        ("textual_inversion", sub.tis),
-        ("hires_fix", sub.hires_fix),
-        ("tiling", sub.tiling),
-        ("transparent", sub.transparent),
-        ("extra_source_images", sub.extra_source_images),
-        ("r2", sub.r2),
-    ):
-        need |= np.where(used, NEED[name], 0).astype(np.uint16)
 
     target_ids: ListColumn = sub.worker_ids
     target_rows = worker_index.get_indexer(target_ids.values) if len(target_ids.values) else np.zeros(0, dtype=np.int64)
@@ -228,7 +173,7 @@ def request_arrays(snapshot: Snapshot, user_codes: np.ndarray, worker_index: pd.
         max_context_length=sub.max_context_length.astype(np.int64),
         pixels=pixels,
         extra_slow_workers=sub.extra_slow_workers,
-        need_bits=need,
+        need_bits=rules.image_option_bits(rules.image_options_used(sub)),
         targets=ListColumn(target_ids.offsets, np.asarray(target_rows, dtype=np.int64)),
         blacklist=sub.worker_blacklist,
     )

@@ -23,17 +23,23 @@ and chat mode and limits) with a queued request's *signature* (its set, chat
 flag, length ranks or size rank). Signatures that every take class treats
 alike are merged, and each group's takeable signatures are the OR of the rows
 of the take classes among its eligible workers.
+
+:func:`eligibility` runs these as named steps, each returning a frozen result:
+gate columns (the one place text and image part ways, :data:`_GENTYPE_GATES`),
+model sets, flag tables, shared groups, special groups, special sums and, with
+competition, the takes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, WorkerArrays
-from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, TEXT
+from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
@@ -43,37 +49,52 @@ from vecsched.core.groups import (
     unique_rows,
     unpack_words,
 )
-from vecsched.snapshot.snapshot import ListColumn
+from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
 
 
-@dataclass
+@dataclass(frozen=True)
+class Takes:
+    """What the requests' eligible workers could take (SPEC section 3, end), for competition.
+
+    Attributes
+    ----------
+    takeable : ndarray of uint64
+        Per row of the result (see :attr:`Eligibility.row`), the signatures its
+        eligible workers could take, as 64-bit words.
+    signature : ndarray
+        Each request's (merged) signature.
+    n_signatures : int
+        How many signatures there are.
+    class_rows : ndarray of uint64
+        Each take class's signatures (64-bit words).
+    worker_class : ndarray
+        The take class of each usable worker of the gentype, in worker row order.
+    """
+
+    takeable: np.ndarray
+    signature: np.ndarray
+    n_signatures: int
+    class_rows: np.ndarray
+    worker_class: np.ndarray
+
+
+@dataclass(frozen=True)
 class Eligibility:
     """Eligibility of the requests of one gentype (arrays aligned with the requests)."""
 
     workers: np.ndarray  # eligible worker count
     threads: np.ndarray  # eligible threads
     throughput: np.ndarray  # sum of speed * threads
-    row: np.ndarray  # the request's row in ``takeable``
-    takeable: np.ndarray | None  # 64-bit words: the signatures each row could take
-    signature: np.ndarray | None  # each request's (merged) signature
-    n_signatures: int = 0
+    row: np.ndarray  # the request's row: its shared group, or n_groups + its special group
     n_groups: int = 0
     n_special: int = 0
     n_declarations: int = 0
-    # With competition: each take class's signatures (64-bit words) and the
-    # take class of each usable worker of the gentype (in worker row order).
-    class_rows: np.ndarray | None = None
-    worker_class: np.ndarray | None = None
+    competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
-
-
-def _rank(limits: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """How many distinct ``limits`` are below each value: value <= limits[k] iff rank <= k."""
-    return np.searchsorted(limits, values, side="left")
 
 
 def eligibility(
@@ -91,268 +112,466 @@ def eligibility(
     ``every_request_special`` evaluates every request worker by worker and
     returns its eligible workers (for one-off requests; slow for a queue).
     """
-    text = gentype == TEXT
-    worker_rows = np.flatnonzero(wk.usable & (wk.gentype == gentype))
-    nw, n_req = len(worker_rows), len(rq.ids)
-
-    # -- limits as ranks among the values workers declare ------------------------------
-    if text:
-        len_limits = np.unique(np.r_[wk.max_length[worker_rows], wk.chat_max_length[worker_rows]])
-        ctx_limits = np.unique(np.r_[wk.max_context_length[worker_rows], wk.chat_max_context_length[worker_rows]])
-        r_len, r_ctx = _rank(len_limits, rq.max_length), _rank(ctx_limits, rq.max_context_length)
-        w_mode = wk.chat_mode[worker_rows]
-        w_len = _rank(len_limits, wk.max_length[worker_rows])
-        w_ctx = _rank(ctx_limits, wk.max_context_length[worker_rows])
-        w_clen = _rank(len_limits, wk.chat_max_length[worker_rows])
-        w_cctx = _rank(ctx_limits, wk.chat_max_context_length[worker_rows])
-        w_kind_cols = (w_mode, w_len, w_ctx, w_clen, w_cctx)
-        w_flag_cols = w_kind_cols + (
-            wk.below_floor[worker_rows],
-            wk.maintenance[worker_rows],
-            wk.nsfw[worker_rows],
-            wk.trusted[worker_rows],
-            wk.validated[worker_rows],
-        )
-        r_kind_cols = (rq.is_chat, r_len, r_ctx)
-        r_flag_cols = r_kind_cols + (rq.slow_workers, rq.trusted_workers, rq.nsfw, rq.validated_backends)
-    else:
-        pix_limits = np.unique(wk.max_pixels[worker_rows])
-        r_pix = _rank(pix_limits, rq.pixels)
-        w_pix = _rank(pix_limits, wk.max_pixels[worker_rows])
-        w_kind_cols = (w_pix,)
-        w_flag_cols = w_kind_cols + (
-            wk.image_slow[worker_rows],
-            wk.extra_slow[worker_rows],
-            wk.maintenance[worker_rows],
-            wk.nsfw[worker_rows],
-            wk.trusted[worker_rows],
-            wk.has_bits[worker_rows],
-        )
-        r_kind_cols = (r_pix,)
-        r_flag_cols = r_kind_cols + (
-            rq.slow_workers,
-            rq.extra_slow_workers,
-            rq.trusted_workers,
-            rq.nsfw,
-            rq.need_bits,
-        )
-
-    # -- model sets and their overlap ----------------------------------------------
-    r_set_codes, r_set_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
-    r_set = r_set.ravel()
-    w_set_codes, w_set_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
-    w_set = w_set.ravel()
-    overlap = overlap_matrix(rq.models.take(r_set_first), wk.models.take(worker_rows[w_set_first]), vocabulary_size)
-    overlap[r_set_codes == 0, :] = True  # a request naming no model takes any
-
-    # -- flag combinations and the flag gates ------------------------------------------
-    w_flags, w_flags_first = factorize_rows(*w_flag_cols)
-    r_flags, r_flags_first = factorize_rows(*r_flag_cols)
-    wf = [c[w_flags_first] for c in w_flag_cols]
-    rf = [c[r_flags_first][:, None] for c in r_flag_cols]
-    if text:
-        mode, wlen, wctx, wclen, wcctx, below, maint, wnsfw, wtrusted, wvalid = wf
-        chat, rlen, rctx, slow, rtrusted, rnsfw, rvalid = rf
-        passes = (~rnsfw | wnsfw) & (~rtrusted | wtrusted) & (~rvalid | wvalid)
-        passes &= np.where(chat, mode != CHAT_NONE, mode != CHAT_ONLY)
-        passes &= np.where(chat, (rlen <= wclen) & (rctx <= wcctx), (rlen <= wlen) & (rctx <= wctx))
-        # A plain request that accepts slow workers is not speed-gated; a chat
-        # request is, with the fallback applied per group below.
-        speed_ok = ~below | (~chat & slow)
-        flags_chat = rq.is_chat[r_flags_first]
-    else:
-        wpix, wslow, wxslow, maint, wnsfw, wtrusted, whas = wf
-        rpix, slow, xslow, rtrusted, rnsfw, need = rf
-        passes = (~rnsfw | wnsfw) & (~rtrusted | wtrusted) & (rpix <= wpix)
-        passes &= (~wslow | slow) & (~wxslow | xslow) & ((need & ~whas) == 0)
-        speed_ok = np.ones_like(passes)
-        flags_chat = np.zeros(len(r_flags_first), dtype=bool)
-    # Maintenance workers serve only their owner: never in a group's shared row.
-    passes_base = passes & ~maint
-    fast_base = passes_base & speed_ok
-
-    # -- request groups: (request set, request flags) -----------------------------------
-    group_of, group_first = factorize_rows(r_set, r_flags)
-    g_set, g_flags = r_set[group_first], r_flags[group_first]
-    n_group = len(group_first)
-
-    # -- sums over eligible workers, per group ------------------------------------------
-    w_speed_threads = wk.speed[worker_rows] * wk.threads[worker_rows]
-    w_values = np.stack([np.ones(nw), wk.threads[worker_rows].astype(np.float64), w_speed_threads], axis=1)
-    # Distinct models of each request set (repeats inside a request's list removed).
-    set_models = _distinct_models(rq.models.take(r_set_first))
-    sums_other = _group_sums(overlap, w_set, w_flags, w_values, passes_base, g_set, g_flags, set_models, vocabulary_size)
-    sums_fast = (
-        sums_other
-        if not text
-        else _group_sums(overlap, w_set, w_flags, w_values, fast_base, g_set, g_flags, set_models, vocabulary_size)
-    )
-    # A chat request keeps to fast workers unless none passes its other gates.
-    g_fast = ~flags_chat[g_flags] | (sums_fast[:, 0] > 0)
-    group_sums = np.where(g_fast[:, None], sums_fast, sums_other)
-
-    # -- special groups: targeting, maintenance owners, excluded pairs -----------------
-    ex_workers, ex_requests = excluded
-    has_exclusion = np.zeros(n_req, dtype=bool)
-    has_exclusion[ex_requests] = True
-    maint_owners = np.unique(wk.user[worker_rows][wk.maintenance[worker_rows]])
-    owns_maintenance = np.isin(rq.user, maint_owners)
-    has_targets = rq.targets.lengths > 0
-    special_rows = np.flatnonzero(has_targets | owns_maintenance | has_exclusion | every_request_special)
-    if len(special_rows):
-        # Requests alike in gates, targets, owner and excluded workers share one row:
-        # one worker's word list hitting many prompts must not make each its own group.
-        target_set = set_codes(ListColumn(rq.targets.offsets, rq.targets.values + 1), len(wk.ids) + 1)
-        by_request = np.argsort(ex_requests, kind="stable")
-        excluded_lists = ListColumn(
-            np.r_[0, np.cumsum(np.bincount(ex_requests, minlength=n_req))].astype(np.int64),
-            ex_workers[by_request].astype(np.int64),
-        )
-        excluded_set = set_codes(excluded_lists, len(wk.ids))
-        special_of, special_first = factorize_rows(
-            group_of[special_rows],
-            target_set[special_rows],
-            rq.blacklist[special_rows] & has_targets[special_rows],
-            np.where(owns_maintenance[special_rows], rq.user[special_rows], -1),
-            excluded_set[special_rows],
-        )
-    else:
-        special_of, special_first = np.zeros(0, np.int64), np.zeros(0, np.int64)
-    n_special = len(special_first)
-    representative = special_rows[special_first]
-
+    gates = _GENTYPE_GATES[gentype]  # the one place text and image part ways
+    cols = gates.columns(wk, rq)
+    sets = _model_sets(wk, rq, cols.worker_rows, vocabulary_size)
+    flags = _flag_tables(wk, cols, gates)
+    shared = _shared_groups(wk, cols, sets, flags, vocabulary_size)
+    special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
-    w_class, class_first = factorize_rows(w_set, *w_kind_cols)
-    n_class = len(class_first)
-
-    special_sums = np.zeros((n_special, 3))
-    special_workers = np.zeros((n_special, nw), dtype=bool) if every_request_special else None
-    special_present: list[np.ndarray] = []
-    if n_special and nw:
-        local = np.full(len(wk.ids), -1, dtype=np.int64)
-        local[worker_rows] = np.arange(nw)
-        w_maint = wk.maintenance[worker_rows]
-        w_user = wk.user[worker_rows]
-        step = max(1, BLOCK_ELEMENTS // nw)
-        for start in range(0, n_special, step):
-            sg = np.arange(start, min(start + step, n_special))
-            reqs = representative[sg]
-            other = overlap[r_set[reqs]][:, w_set] & passes[r_flags[reqs]][:, w_flags]
-            owner = np.where(owns_maintenance[reqs], rq.user[reqs], -1)
-            other &= ~w_maint | (w_user == owner[:, None])
-            targeted = rq.targets.take(reqs)
-            t_local = local[np.maximum(targeted.values, 0)]
-            t_ok = (targeted.values >= 0) & (t_local >= 0)
-            mask = np.zeros_like(other)
-            mask[targeted.owners()[t_ok], t_local[t_ok]] = True
-            on_list = (targeted.lengths > 0)[:, None]
-            other &= ~on_list | np.where(rq.blacklist[reqs][:, None], ~mask, mask)
-            hit = np.isin(ex_requests, reqs)
-            if hit.any():
-                row_of = pd.Index(reqs).get_indexer(ex_requests[hit])
-                ex_local = local[ex_workers[hit]]
-                ok = ex_local >= 0
-                other[row_of[ok], ex_local[ok]] = False
-            fast = other & speed_ok[r_flags[reqs]][:, w_flags]
-            chat = rq.is_chat[reqs] if text else np.zeros(len(reqs), dtype=bool)
-            use_fast = ~chat | fast.any(axis=1)
-            final = np.where(use_fast[:, None], fast, other)
-            special_sums[sg] = final.astype(np.float64) @ w_values
-            if special_workers is not None:
-                special_workers[sg] = final
-            if with_competition:
-                rows, workers = np.nonzero(final)
-                special_present.append(np.unique(sg[rows] * n_class + w_class[workers]))
-
-    row = group_of.copy()
-    row[special_rows] = n_group + special_of
-    all_sums = np.concatenate([group_sums, special_sums])
-    result = Eligibility(
+    w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
+    classes = (w_class, len(class_first)) if with_competition else None
+    found = _special_sums(
+        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes, keep_workers=every_request_special
+    )
+    row = shared.group_of.copy()
+    row[special.rows] = shared.n + special.of
+    all_sums = np.concatenate([shared.sums, found.sums])
+    takes = None
+    if with_competition:
+        takes = _takes(wk, cols, gates, sets, flags, shared, found, w_class, class_first)
+    return Eligibility(
         workers=np.rint(all_sums[row, 0]).astype(np.int64),
         threads=np.rint(all_sums[row, 1]).astype(np.int64),
         throughput=all_sums[row, 2],
         row=row,
-        takeable=None,
-        signature=None,
-        n_groups=n_group,
-        n_special=n_special,
-        n_declarations=len(factorize_rows(w_set, w_flags)[1]),
+        n_groups=shared.n,
+        n_special=special.n,
+        n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
+        competition=takes,
+        eligible_workers=found.workers,
     )
-    result.eligible_workers = special_workers
-    if not with_competition:
-        return result
 
-    # -- signatures, merged where every take class treats them alike ------------------
-    r_kind, r_kind_first = factorize_rows(*r_kind_cols)
-    w_kind, w_kind_first = factorize_rows(*w_kind_cols)
-    kinds_ok = _kind_table(text, [c[r_kind_first] for c in r_kind_cols], [c[w_kind_first] for c in w_kind_cols])
-    raw_sig, raw_sig_first = factorize_rows(r_set, r_kind)
-    c_set, c_kind = w_set[class_first], w_kind[class_first]
+
+# -- step 1: the gate inputs of one gentype, as small-integer columns ---------------------
+
+
+@dataclass(frozen=True)
+class GateColumns:
+    """The gate inputs of the usable workers and the requests of one gentype.
+
+    *Kind* columns are what "could take" compares (chat mode and length ranks,
+    or the size rank); *other* columns the remaining flag gates.
+    """
+
+    worker_rows: np.ndarray  # usable workers of the gentype
+    w_kind: tuple[np.ndarray, ...]
+    w_other: tuple[np.ndarray, ...]
+    r_kind: tuple[np.ndarray, ...]
+    r_other: tuple[np.ndarray, ...]
+    chat: np.ndarray  # per request: the chat speed fallback applies
+
+
+def _rank(limits: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """How many distinct ``limits`` are below each value: value <= limits[k] iff rank <= k."""
+    return np.searchsorted(limits, values, side="left")
+
+
+def _text_columns(wk: WorkerArrays, rq: RequestArrays) -> GateColumns:
+    wr = np.flatnonzero(wk.usable & (wk.gentype == TEXT))
+    # Limits as ranks among the values workers declare.
+    lengths = np.unique(np.r_[wk.max_length[wr], wk.chat_max_length[wr]])
+    contexts = np.unique(np.r_[wk.max_context_length[wr], wk.chat_max_context_length[wr]])
+    return GateColumns(
+        worker_rows=wr,
+        w_kind=(
+            wk.chat_mode[wr],
+            _rank(lengths, wk.max_length[wr]),
+            _rank(contexts, wk.max_context_length[wr]),
+            _rank(lengths, wk.chat_max_length[wr]),
+            _rank(contexts, wk.chat_max_context_length[wr]),
+        ),
+        w_other=(wk.below_floor[wr], wk.nsfw[wr], wk.trusted[wr], wk.validated[wr]),
+        r_kind=(rq.is_chat, _rank(lengths, rq.max_length), _rank(contexts, rq.max_context_length)),
+        r_other=(rq.slow_workers, rq.trusted_workers, rq.nsfw, rq.validated_backends),
+        chat=rq.is_chat,
+    )
+
+
+def _text_kind(request_kind: list[np.ndarray], worker_kind: list[np.ndarray]) -> np.ndarray:
+    """``ok[request kind, worker kind]``: the chat mode and the length limits (text gate 7)."""
+    chat, rlen, rctx = (c[:, None] for c in request_kind)
+    mode, wlen, wctx, wclen, wcctx = worker_kind
+    ok = np.where(chat, mode != CHAT_NONE, mode != CHAT_ONLY)
+    return ok & np.where(chat, (rlen <= wclen) & (rctx <= wcctx), (rlen <= wlen) & (rctx <= wctx))
+
+
+def _text_other(
+    request_kind: list[np.ndarray], request_other: list[np.ndarray], worker_other: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nsfw, trust and validated backends; and the speed gate (text gate 9) apart."""
+    chat = request_kind[0][:, None]
+    slow, rtrusted, rnsfw, rvalid = (c[:, None] for c in request_other)
+    below, wnsfw, wtrusted, wvalid = worker_other
+    passes = (~rnsfw | wnsfw) & (~rtrusted | wtrusted) & (~rvalid | wvalid)
+    # A plain request that accepts slow workers is not speed-gated; a chat
+    # request is, with the fallback applied per group.
+    return passes, ~below | (~chat & slow)
+
+
+def _image_columns(wk: WorkerArrays, rq: RequestArrays) -> GateColumns:
+    wr = np.flatnonzero(wk.usable & (wk.gentype == IMAGE))
+    sizes = np.unique(wk.max_pixels[wr])
+    return GateColumns(
+        worker_rows=wr,
+        w_kind=(_rank(sizes, wk.max_pixels[wr]),),
+        w_other=(wk.image_slow[wr], wk.extra_slow[wr], wk.nsfw[wr], wk.trusted[wr], wk.has_bits[wr]),
+        r_kind=(_rank(sizes, rq.pixels),),
+        r_other=(rq.slow_workers, rq.extra_slow_workers, rq.trusted_workers, rq.nsfw, rq.need_bits),
+        chat=np.zeros(len(rq.ids), dtype=bool),
+    )
+
+
+def _image_kind(request_kind: list[np.ndarray], worker_kind: list[np.ndarray]) -> np.ndarray:
+    """``ok[request kind, worker kind]``: the size (image gate 7)."""
+    return request_kind[0][:, None] <= worker_kind[0]
+
+
+def _image_other(
+    request_kind: list[np.ndarray], request_other: list[np.ndarray], worker_other: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Nsfw, trust, slow and extra slow workers, and the options (image gates 3, 8 and 9)."""
+    slow, xslow, rtrusted, rnsfw, need = (c[:, None] for c in request_other)
+    wslow, wxslow, wnsfw, wtrusted, whas = worker_other
+    passes = (~rnsfw | wnsfw) & (~rtrusted | wtrusted)
+    passes = passes & (~wslow | slow) & (~wxslow | xslow) & ((need & ~whas) == 0)
+    return passes, np.ones_like(passes)
+
+
+@dataclass(frozen=True)
+class _GentypeGates:
+    """The three places text and image differ, chosen once per call."""
+
+    columns: Callable[[WorkerArrays, RequestArrays], GateColumns]
+    kind: Callable[[list[np.ndarray], list[np.ndarray]], np.ndarray]
+    other: Callable[[list[np.ndarray], list[np.ndarray], list[np.ndarray]], tuple[np.ndarray, np.ndarray]]
+
+
+_GENTYPE_GATES = {
+    TEXT: _GentypeGates(_text_columns, _text_kind, _text_other),
+    IMAGE: _GentypeGates(_image_columns, _image_kind, _image_other),
+}
+
+
+# -- step 2: model sets and their overlap ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSets:
+    """Distinct model sets of the requests and of the usable workers, and which overlap."""
+
+    r_set: np.ndarray  # each request's set
+    r_set_first: np.ndarray  # a request of each set
+    w_set: np.ndarray  # each usable worker's set
+    w_set_first: np.ndarray
+    overlap: np.ndarray  # [request set, worker set]
+    set_models: ListColumn  # distinct models of each request set
+
+
+def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vocabulary_size: int) -> ModelSets:
+    r_codes, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
+    _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
+    overlap = overlap_matrix(rq.models.take(r_first), wk.models.take(worker_rows[w_first]), vocabulary_size)
+    overlap[r_codes == 0, :] = True  # a request naming no model takes any
+    # Repeats inside a request's list removed.
+    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, _distinct_models(rq.models.take(r_first)))
+
+
+# -- step 3: flag combinations and the flag gates -----------------------------------------
+
+
+@dataclass(frozen=True)
+class FlagTables:
+    """Request and worker flag combinations, and which pass which."""
+
+    w_flags: np.ndarray  # each usable worker's combination
+    r_flags: np.ndarray  # each request's combination
+    passes: np.ndarray  # [request flags, worker flags]: every flag gate but speed
+    speed_ok: np.ndarray  # [request flags, worker flags]: the speed gate
+    passes_base: np.ndarray  # passes, maintenance workers left out
+    fast_base: np.ndarray  # passes_base and the speed gate
+    chat: np.ndarray  # per request combination
+
+
+def _flag_tables(wk: WorkerArrays, cols: GateColumns, gates: _GentypeGates) -> FlagTables:
+    maintenance = wk.maintenance[cols.worker_rows]
+    w_flags, w_first = factorize_rows(*cols.w_kind, *cols.w_other, maintenance)
+    r_flags, r_first = factorize_rows(*cols.r_kind, *cols.r_other)
+    passes, speed_ok = gates.other(
+        [c[r_first] for c in cols.r_kind], [c[r_first] for c in cols.r_other], [c[w_first] for c in cols.w_other]
+    )
+    passes = passes & gates.kind([c[r_first] for c in cols.r_kind], [c[w_first] for c in cols.w_kind])
+    # Maintenance workers serve only their owner: never in a group's shared row.
+    passes_base = passes & ~maintenance[w_first]
+    return FlagTables(w_flags, r_flags, passes, speed_ok, passes_base, passes_base & speed_ok, cols.chat[r_first])
+
+
+# -- step 4: shared groups (request set, request flags) and their sums ---------------------
+
+
+@dataclass(frozen=True)
+class SharedGroups:
+    """Requests alike in model set and flags, and the sums over each group's eligible workers."""
+
+    group_of: np.ndarray  # each request's group
+    g_set: np.ndarray
+    g_flags: np.ndarray
+    g_fast: np.ndarray  # the group keeps to workers passing the speed gate
+    sums: np.ndarray  # (groups, 3): workers, threads, speed * threads
+    w_values: np.ndarray  # (usable workers, 3): what the sums add up
+
+    @property
+    def n(self) -> int:
+        return len(self.g_set)
+
+
+def _shared_groups(
+    wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: FlagTables, vocabulary_size: int
+) -> SharedGroups:
+    group_of, group_first = factorize_rows(sets.r_set, flags.r_flags)
+    g_set, g_flags = sets.r_set[group_first], flags.r_flags[group_first]
+    wr = cols.worker_rows
+    threads = wk.threads[wr].astype(np.float64)
+    w_values = np.stack([np.ones(len(wr)), threads, wk.speed[wr] * wk.threads[wr]], axis=1)
+
+    def sums(table: np.ndarray) -> np.ndarray:
+        return _group_sums(
+            sets.overlap, sets.w_set, flags.w_flags, w_values, table, g_set, g_flags, sets.set_models, vocabulary_size
+        )
+
+    sums_other = sums(flags.passes_base)
+    # Where no speed gate applies, the fast sums are the same sums.
+    sums_fast = sums_other if flags.speed_ok.all() else sums(flags.fast_base)
+    # A chat request keeps to fast workers unless none passes its other gates.
+    g_fast = ~flags.chat[g_flags] | (sums_fast[:, 0] > 0)
+    return SharedGroups(group_of, g_set, g_flags, g_fast, np.where(g_fast[:, None], sums_fast, sums_other), w_values)
+
+
+# -- step 5: special groups (targeting, maintenance owners, excluded pairs) ---------------
+
+
+@dataclass(frozen=True)
+class SpecialGroups:
+    """Requests whose eligibility depends on worker identity, grouped where they agree."""
+
+    rows: np.ndarray  # the special requests
+    of: np.ndarray  # each special request's group
+    representative: np.ndarray  # a request of each group
+    owns_maintenance: np.ndarray  # per request
+
+    @property
+    def n(self) -> int:
+        return len(self.representative)
+
+
+def _special_groups(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    cols: GateColumns,
+    group_of: np.ndarray,
+    excluded: tuple[np.ndarray, np.ndarray],
+    every_request_special: bool,
+) -> SpecialGroups:
+    ex_workers, ex_requests = excluded
+    n_req = len(rq.ids)
+    has_exclusion = np.zeros(n_req, dtype=bool)
+    has_exclusion[ex_requests] = True
+    wr = cols.worker_rows
+    owns_maintenance = np.isin(rq.user, np.unique(wk.user[wr][wk.maintenance[wr]]))
+    has_targets = rq.targets.lengths > 0
+    rows = np.flatnonzero(has_targets | owns_maintenance | has_exclusion | every_request_special)
+    if len(rows) == 0:
+        return SpecialGroups(rows, np.zeros(0, np.int64), rows, owns_maintenance)
+    # Requests alike in gates, targets, owner and excluded workers share one row:
+    # one worker's word list hitting many prompts must not make each its own group.
+    target_set = set_codes(ListColumn(rq.targets.offsets, rq.targets.values + 1), len(wk.ids) + 1)
+    by_request = np.argsort(ex_requests, kind="stable")
+    excluded_lists = ListColumn(
+        np.r_[0, np.cumsum(np.bincount(ex_requests, minlength=n_req))].astype(np.int64),
+        ex_workers[by_request].astype(np.int64),
+    )
+    of, first = factorize_rows(
+        group_of[rows],
+        target_set[rows],
+        rq.blacklist[rows] & has_targets[rows],
+        np.where(owns_maintenance[rows], rq.user[rows], -1),
+        set_codes(excluded_lists, len(wk.ids))[rows],
+    )
+    return SpecialGroups(rows, of, rows[first], owns_maintenance)
+
+
+# -- step 6: special groups evaluated worker by worker --------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecialSums:
+    """Per special group: the sums over its eligible workers and, on request, those workers."""
+
+    sums: np.ndarray  # (special groups, 3)
+    workers: np.ndarray | None  # (special groups, usable workers) with every_request_special
+    present: np.ndarray  # special group * n_class + take class, for each class among its workers
+
+
+def _special_sums(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    cols: GateColumns,
+    sets: ModelSets,
+    flags: FlagTables,
+    special: SpecialGroups,
+    excluded: tuple[np.ndarray, np.ndarray],
+    w_values: np.ndarray,
+    classes: tuple[np.ndarray, int] | None,
+    keep_workers: bool,
+) -> SpecialSums:
+    """``classes`` is (each worker's take class, how many) when competition needs them."""
+    nw, n_special = len(cols.worker_rows), special.n
+    sums = np.zeros((n_special, 3))
+    workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
+    present: list[np.ndarray] = []
+    if n_special and nw:
+        local = np.full(len(wk.ids), -1, dtype=np.int64)
+        local[cols.worker_rows] = np.arange(nw)
+        step = max(1, BLOCK_ELEMENTS // nw)
+        for start in range(0, n_special, step):
+            sg = np.arange(start, min(start + step, n_special))
+            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, special.representative[sg])
+            sums[sg] = final.astype(np.float64) @ w_values
+            if workers is not None:
+                workers[sg] = final
+            if classes is not None:
+                w_class, n_class = classes
+                group, worker = np.nonzero(final)
+                present.append(np.unique(sg[group] * n_class + w_class[worker]))
+    return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
+
+
+def _special_block(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    cols: GateColumns,
+    sets: ModelSets,
+    flags: FlagTables,
+    special: SpecialGroups,
+    excluded: tuple[np.ndarray, np.ndarray],
+    local: np.ndarray,
+    reqs: np.ndarray,
+) -> np.ndarray:
+    """``final[i, j]``: usable worker ``j`` is eligible for request ``reqs[i]``."""
+    wr = cols.worker_rows
+    other = sets.overlap[sets.r_set[reqs]][:, sets.w_set] & flags.passes[flags.r_flags[reqs]][:, flags.w_flags]
+    owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
+    other &= ~wk.maintenance[wr] | (wk.user[wr] == owner[:, None])
+    targeted = rq.targets.take(reqs)
+    t_local = local[np.maximum(targeted.values, 0)]
+    t_ok = (targeted.values >= 0) & (t_local >= 0)
+    mask = np.zeros_like(other)
+    mask[targeted.owners()[t_ok], t_local[t_ok]] = True
+    on_list = (targeted.lengths > 0)[:, None]
+    other &= ~on_list | np.where(rq.blacklist[reqs][:, None], ~mask, mask)
+    ex_workers, ex_requests = excluded
+    hit = np.isin(ex_requests, reqs)
+    if hit.any():
+        row_of = pd.Index(reqs).get_indexer(ex_requests[hit])
+        ex_local = local[ex_workers[hit]]
+        ok = ex_local >= 0
+        other[row_of[ok], ex_local[ok]] = False
+    fast = other & flags.speed_ok[flags.r_flags[reqs]][:, flags.w_flags]
+    # A chat request keeps to fast workers unless none passes its other gates.
+    use_fast = ~cols.chat[reqs] | fast.any(axis=1)
+    return np.where(use_fast[:, None], fast, other)
+
+
+# -- step 7: what each row's eligible workers could take ----------------------------------
+
+
+def _takes(
+    wk: WorkerArrays,
+    cols: GateColumns,
+    gates: _GentypeGates,
+    sets: ModelSets,
+    flags: FlagTables,
+    shared: SharedGroups,
+    found: SpecialSums,
+    w_class: np.ndarray,
+    class_first: np.ndarray,
+) -> Takes:
+    """Signatures, merged where every take class treats them alike, and each row's takeable ones."""
+    r_kind, r_kind_first = factorize_rows(*cols.r_kind)
+    w_kind, w_kind_first = factorize_rows(*cols.w_kind)
+    kinds_ok = gates.kind([c[r_kind_first] for c in cols.r_kind], [c[w_kind_first] for c in cols.w_kind])
+    raw_sig, raw_sig_first = factorize_rows(sets.r_set, r_kind)
+    c_set, c_kind = sets.w_set[class_first], w_kind[class_first]
     # can_take[s, c]: take class c could take signature s.
-    can_take = overlap[np.ix_(r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
+    can_take = sets.overlap[np.ix_(sets.r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
     merged_first, merged_of = unique_rows(pack_words(can_take))
-    signature = merged_of[raw_sig]
-    n_sig = len(merged_first)
     class_rows = pack_words(np.ascontiguousarray(can_take[merged_first].T))  # class -> signatures
-
-    # -- which take classes each group's eligible workers belong to ---------------------
-    # present[g, c] = overlap[set of g, set of c] and some worker of class c passes g's flags.
-    flags_by_class = _flags_by_class(w_class, w_flags, n_class, passes_base, fast_base)
-    takeable = np.zeros((n_group + n_special, class_rows.shape[1]), dtype=np.uint64)
-    if n_group and n_class:
-        # overlap(request set, class set) is an OR over the request's models, so a
-        # group's row is the OR over its models m of one row per (m, variant,
-        # flags) key: the classes holding m whose workers pass those flags.
-        # A group naming one model reads a single key; one naming none reads the
-        # key of "any model" (m = -1), which every class holds.
-        variant = g_fast.astype(np.int64)
-        sizes = set_models.lengths[g_set]
-        named = np.repeat(np.arange(n_group), sizes)
-        key_group = np.r_[named, np.flatnonzero(sizes == 0)]
-        key_model = np.r_[set_models.take(g_set).values, np.full(int((sizes == 0).sum()), -1)]
-        key_of_pair, key_first = factorize_rows(key_model, variant[key_group], g_flags[key_group])
-        k_model = key_model[key_first]
-        k_variant, k_flags = variant[key_group[key_first]], g_flags[key_group[key_first]]
-        # Classes holding each model (all classes for "any model").
-        class_models = _distinct_models(wk.models.take(worker_rows[class_first]))
-        by_model = np.argsort(class_models.values, kind="stable")
-        model_sorted = class_models.values[by_model]
-        class_of_value = class_models.owners()[by_model]
-        lo = np.searchsorted(model_sorted, k_model, side="left")
-        hi = np.searchsorted(model_sorted, k_model, side="right")
-        lo = np.where(k_model < 0, 0, lo)
-        hi = np.where(k_model < 0, n_class, hi)
-        counts = hi - lo
-        pair_key = np.repeat(np.arange(len(key_first)), counts)
-        within = np.arange(int(counts.sum())) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
-        start = np.repeat(lo, counts) + within
-        pair_class = start.copy()  # "any model" keys index classes directly
-        named_pair = ~np.repeat(k_model < 0, counts)
-        pair_class[named_pair] = class_of_value[start[named_pair]]
-        passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
-        key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
-        takeable[:n_group] = _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
-    if special_present and n_class:
-        pair = np.concatenate(special_present)  # (special group, class), deduplicated per block
-        takeable[n_group:] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-    result.takeable = takeable
-    result.class_rows = class_rows
-    result.worker_class = w_class
-    result.signature = signature
-    result.n_signatures = n_sig
-    return result
+    n_class, n_special = len(class_first), len(found.sums)
+    takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
+    if shared.n and n_class:
+        takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+    if len(found.present) and n_class:
+        pair = found.present  # (special group, class), deduplicated per block
+        takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+    return Takes(takeable, merged_of[raw_sig], len(merged_first), class_rows, w_class)
 
 
-def _kind_table(text: bool, request_kind: list[np.ndarray], worker_kind: list[np.ndarray]) -> np.ndarray:
-    """``ok[request kind, worker kind]``: the worker's mode and limits accept the request's kind."""
-    if text:
-        chat, rlen, rctx = (c[:, None] for c in request_kind)
-        mode, wlen, wctx, wclen, wcctx = worker_kind
-        ok = np.where(chat, mode != CHAT_NONE, mode != CHAT_ONLY)
-        return ok & np.where(chat, (rlen <= wclen) & (rctx <= wcctx), (rlen <= wlen) & (rctx <= wctx))
-    (rpix,) = (c[:, None] for c in request_kind)
-    (wpix,) = worker_kind
-    return rpix <= wpix
+def _shared_takeable(
+    wk: WorkerArrays,
+    cols: GateColumns,
+    sets: ModelSets,
+    flags: FlagTables,
+    shared: SharedGroups,
+    w_class: np.ndarray,
+    class_first: np.ndarray,
+    class_rows: np.ndarray,
+) -> np.ndarray:
+    """Per shared group, the OR of the rows of the take classes among its eligible workers.
+
+    present[g, c] = overlap[set of g, set of c] and some worker of class c
+    passes g's flags. overlap(request set, class set) is an OR over the
+    request's models, so a group's row is the OR over its models m of one row
+    per (m, variant, flags) key: the classes holding m whose workers pass
+    those flags. A group naming one model reads a single key; one naming none
+    reads the key of "any model" (m = -1), which every class holds.
+    """
+    n_group, n_class = shared.n, len(class_first)
+    flags_by_class = _flags_by_class(w_class, flags.w_flags, n_class, flags.passes_base, flags.fast_base)
+    variant = shared.g_fast.astype(np.int64)
+    sizes = sets.set_models.lengths[shared.g_set]
+    named = np.repeat(np.arange(n_group), sizes)
+    key_group = np.r_[named, np.flatnonzero(sizes == 0)]
+    key_model = np.r_[sets.set_models.take(shared.g_set).values, np.full(int((sizes == 0).sum()), -1)]
+    key_of_pair, key_first = factorize_rows(key_model, variant[key_group], shared.g_flags[key_group])
+    k_model = key_model[key_first]
+    k_variant, k_flags = variant[key_group[key_first]], shared.g_flags[key_group[key_first]]
+    pair_key, pair_class = _classes_holding(wk, cols, class_first, k_model)
+    passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
+    key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
+    return _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
+
+
+def _classes_holding(
+    wk: WorkerArrays, cols: GateColumns, class_first: np.ndarray, k_model: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(key, class) pairs: the take classes holding each key's model (all classes for -1)."""
+    n_class = len(class_first)
+    class_models = _distinct_models(wk.models.take(cols.worker_rows[class_first]))
+    by_model = np.argsort(class_models.values, kind="stable")
+    model_sorted = class_models.values[by_model]
+    class_of_value = class_models.owners()[by_model]
+    lo = np.searchsorted(model_sorted, k_model, side="left")
+    hi = np.searchsorted(model_sorted, k_model, side="right")
+    lo = np.where(k_model < 0, 0, lo)
+    hi = np.where(k_model < 0, n_class, hi)
+    counts = hi - lo
+    pair_key = np.repeat(np.arange(len(k_model)), counts)
+    within = np.arange(int(counts.sum())) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
+    start = np.repeat(lo, counts) + within
+    pair_class = start.copy()  # "any model" keys index classes directly
+    named_pair = ~np.repeat(k_model < 0, counts)
+    pair_class[named_pair] = class_of_value[start[named_pair]]
+    return pair_key, pair_class
 
 
 def _group_sums(

@@ -9,20 +9,22 @@ class, :mod:`vecsched.core.competition`) and ``figures`` (waits from the sums).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
 
-from vecsched.core import rules
+from vecsched.core import figures, rules
 from vecsched.core.arrays import RequestArrays, WorkerArrays, queue_positions, request_arrays, take_rows, worker_arrays
 from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from vecsched.core.competition import competition
-from vecsched.core.eligibility import eligibility
+from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core import forecasts as _forecasts
 from vecsched.core import replay as _replay  # noqa: F401  (registers dispatch-replay-v1)
-from vecsched.core.result import EstimateOptions, Estimates
+from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
+from vecsched.core.threads import blas_threads
 from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -41,36 +43,120 @@ class _Stages:
             self.seconds[name] = self.seconds.get(name, 0.0) + perf_counter() - start
 
 
-# ---------------------------------------------------------------------------------
-# The whole computation
-# ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Batch:
+    """What every gentype's stages read, prepared once per snapshot."""
+
+    workers: WorkerArrays
+    queue: RequestArrays
+    users: np.ndarray  # user names by code
+    work: np.ndarray  # per waiting request: jobs * output per job
+    position: np.ndarray  # place in queue order
+    excluded: tuple[np.ndarray, np.ndarray]  # (worker row, waiting request) pairs
+    in_flight: np.ndarray  # remaining seconds of each request's jobs in flight
+    progress: dict[str, np.ndarray]  # waiting, processing, finished, restarted
 
 
 def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
-    """The figures of every waiting request of ``snapshot``; see :func:`vecsched.estimate`."""
+    """The figures of every waiting request of ``snapshot``; see :func:`estimate`."""
     stages = _Stages()
-    groups: dict[str, int] = {}
     with stages("prepare"):
-        w, r = snapshot.workers, snapshot.requests
-        user_codes, _ = pd.factorize(np.concatenate([w.user_id, r.user_id]).astype(object))
-        worker_index = pd.Index(w.id)
-        wk = worker_arrays(snapshot, user_codes[: len(w)].astype(np.int64))
-        rq = request_arrays(snapshot, user_codes[len(w) :].astype(np.int64), worker_index)
-        n = len(rq.index)
-        work = rq.n * rq.output
-        position = queue_positions(rq.priority, rq.created, rq.ids)
+        batch = _prepare(snapshot)
+    columns = _empty_columns(batch)
+    horde: dict[str, dict[str, float]] = {}
+    groups: dict[str, int] = {}
+    queues: dict[str, QueueSignatures] = {}
+    forecast_queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
+    forecast_throughput = np.zeros(len(batch.queue.index))
+    for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
+        mine = np.flatnonzero(batch.queue.gentype == gentype)
+        with stages("horde"):
+            horde[name] = _horde_wide(batch, gentype, mine, columns)
+        if len(mine) == 0:
+            continue
+        aware = gentype == TEXT or options.eligible_image_wait
+        with stages("eligibility"):
+            elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), aware)
+        groups.update(
+            {
+                f"{name}_request_groups": elig.n_groups,
+                f"{name}_special_groups": elig.n_special,
+                f"{name}_worker_declarations": elig.n_declarations,
+            }
+        )
+        forecast_queues.append(_forecast_queue(batch, gentype, mine, len(snapshot.model_names), elig, horde[name]))
+        forecast_throughput[mine] = elig.throughput
+        columns["eligible_workers"][mine] = elig.workers
+        columns["eligible_worker_threads"][mine] = elig.threads
+        columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
+        if not aware:
+            _use_horde_figures(columns, mine)
+            continue
+        takes = elig.competition
+        # What a request not yet created needs to be answered like the queue.
+        queues[name] = QueueSignatures(mine, takes.signature, takes.n_signatures, takes.class_rows, takes.worker_class)
+        with stages("competition"):
+            ahead = _competition(batch, mine, elig, groups, name)
+        with stages("figures"):
+            _fill_figures(columns, batch, mine, elig, ahead)
+    with stages("forecasts"):
+        inputs = _forecasts.forecast_inputs(
+            snapshot.now, batch.queue, snapshot.requests.expiry[batch.queue.index], batch.position, batch.work,
+            batch.in_flight, columns, forecast_throughput, forecast_queues, options.forecast_skip)
+        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
 
-        request_index = pd.Index(rq.ids)
-        pairs = snapshot.excluded_pairs
-        ex_w = worker_index.get_indexer(pairs.worker_id) if len(pairs.worker_id) else np.zeros(0, np.int64)
-        ex_r = request_index.get_indexer(pairs.request_id) if len(pairs.request_id) else np.zeros(0, np.int64)
-        known = (ex_w >= 0) & (ex_r >= 0)
-        ex_w, ex_r = ex_w[known], ex_r[known]
+    return Estimates(
+        forecasts=forecasts,
+        now=snapshot.now,
+        request_id=batch.queue.ids,
+        request_index=batch.queue.index,
+        columns=columns,
+        horde=horde,
+        options=options,
+        timings=stages.seconds,
+        groups=groups,
+        rejected=snapshot.rejected,
+        competition=CompetitionState(
+            workers=batch.workers,
+            users=batch.users,
+            priority=batch.queue.priority,
+            jobs=batch.queue.n,
+            output=batch.queue.output,
+            by_gentype=queues,
+        ),
+    )
 
-        inflight, progress = _jobs_in_flight(snapshot, rq, worker_index, wk.speed, request_index)
 
-    columns = {
-        "gentype": rq.gentype.astype(np.int8),
+def _prepare(snapshot: Snapshot) -> _Batch:
+    """Columns to arrays, queue order, excluded pairs and jobs in flight."""
+    w = snapshot.workers
+    user_codes, users = pd.factorize(np.concatenate([w.user_id, snapshot.requests.user_id]).astype(object))
+    user_codes = user_codes.astype(np.int64)
+    worker_index = pd.Index(w.id)
+    wk = worker_arrays(snapshot, user_codes[: len(w)])
+    rq = request_arrays(snapshot, user_codes[len(w) :], worker_index)
+    request_index = pd.Index(rq.ids)
+    pairs = snapshot.excluded_pairs
+    ex_w = worker_index.get_indexer(pairs.worker_id) if len(pairs.worker_id) else np.zeros(0, np.int64)
+    ex_r = request_index.get_indexer(pairs.request_id) if len(pairs.request_id) else np.zeros(0, np.int64)
+    known = (ex_w >= 0) & (ex_r >= 0)
+    in_flight, progress = _jobs_in_flight(snapshot, rq, worker_index, wk.speed, request_index)
+    return _Batch(
+        workers=wk,
+        queue=rq,
+        users=np.asarray(users, dtype=object),
+        work=rq.n * rq.output,
+        position=queue_positions(rq.priority, rq.created, rq.ids),
+        excluded=(ex_w[known], ex_r[known]),
+        in_flight=in_flight,
+        progress=progress,
+    )
+
+
+def _empty_columns(batch: _Batch) -> dict[str, np.ndarray]:
+    n = len(batch.queue.index)
+    return {
+        "gentype": batch.queue.gentype.astype(np.int8),
         "eligible_workers": np.zeros(n, dtype=np.int64),
         "eligible_worker_threads": np.zeros(n, dtype=np.int64),
         "is_possible": np.zeros(n, dtype=bool),
@@ -80,117 +166,95 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         "horde_queue_position": np.zeros(n, dtype=np.int64),
         "horde_wait_time": np.full(n, np.nan),
         "fallback": np.zeros(n, dtype=bool),
-        **progress,
+        **batch.progress,
     }
-    horde: dict[str, dict[str, float]] = {}
-    extras: dict[str, dict[str, object]] = {}
-    queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
-    forecast_throughput = np.zeros(n)
-    for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
-        mine = np.flatnonzero(rq.gentype == gentype)
-        with stages("horde"):
-            horde[name] = _horde_wide(wk, gentype, rq, mine, position, work, inflight, columns)
-        if len(mine) == 0:
-            continue
-        aware = gentype == TEXT or options.eligible_image_wait
-        sub = take_rows(rq, mine)
-        in_mine = np.full(n, -1, dtype=np.int64)
-        in_mine[mine] = np.arange(len(mine))
-        sel = np.isin(ex_r, mine)
-        with stages("eligibility"):
-            elig = eligibility(
-                wk,
-                sub,
-                gentype,
-                (ex_w[sel], in_mine[ex_r[sel]]),
-                len(snapshot.model_names),
-                with_competition=aware,
-            )
-        if aware:
-            # What a request not yet created needs to be answered like the queue
-            # (vecsched.core.prospective): take classes and each queued request's signature.
-            extras[name] = {
-                "rows": mine,
-                "signature": elig.signature,
-                "n_signatures": elig.n_signatures,
-                "class_rows": elig.class_rows,
-                "worker_class": elig.worker_class,
-            }
-        groups[f"{name}_request_groups"] = elig.n_groups
-        groups[f"{name}_special_groups"] = elig.n_special
-        groups[f"{name}_worker_declarations"] = elig.n_declarations
-        queues.append(_forecasts.gentype_queue(
-            wk, sub, gentype, (ex_w[sel], in_mine[ex_r[sel]]), len(snapshot.model_names), elig, mine,
-            horde[name]["mean_speed"]))
-        forecast_throughput[mine] = elig.throughput
-        columns["eligible_workers"][mine] = elig.workers
-        columns["eligible_worker_threads"][mine] = elig.threads
-        columns["is_possible"][mine] = (elig.workers > 0) | (progress["processing"][mine] > 0)
-        if not aware:
-            columns["queue_position"][mine] = columns["horde_queue_position"][mine]
-            columns["wait_time"][mine] = columns["horde_wait_time"][mine]
-            continue
 
-        with stages("competition"):
-            eligible = np.flatnonzero(elig.threads > 0)
-            # Requests whose eligible workers could take the same signatures compete
-            # alike; rows are deduplicated per group, never per request.
-            used_rows, row_of_request = np.unique(elig.row[eligible], return_inverse=True)
-            first, class_of_row = unique_rows(elig.takeable[used_rows])
-            class_takeable = elig.takeable[used_rows[first]]
-            klass = class_of_row[row_of_request.ravel()]
-            n_sig = elig.n_signatures
-            groups[f"{name}_signatures"] = n_sig
-            groups[f"{name}_competition_classes"] = len(class_takeable)
-            count_ahead, jobs_ahead, work_ahead = competition(
-                position[mine],
-                elig.signature,
-                klass.ravel(),
-                class_takeable,
-                n_sig,
-                rq.n[mine],
-                work[mine],
-                eligible,
-            )
-        with stages("figures"):
-            at = mine[eligible]
-            threads = elig.threads[eligible].astype(np.float64)
-            throughput = elig.throughput[eligible]
-            own_jobs = rq.n[at]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                status_rate = throughput * np.minimum(1.0, (jobs_ahead + own_jobs) / threads)
-                wait = (work_ahead + work[at]) / status_rate + inflight[at]
-                ahead_rate = throughput * np.minimum(1.0, jobs_ahead / threads)
-                ahead = np.where(jobs_ahead == 0, 0.0, work_ahead / ahead_rate)
-            wait[throughput == 0] = np.nan
-            ahead[(throughput == 0) & (jobs_ahead > 0)] = np.nan
-            columns["queue_position"][at] = count_ahead
-            columns["wait_time"][at] = wait
-            columns["ahead_wait"][at] = ahead
-            fell_back = mine[elig.threads == 0]
-            columns["fallback"][fell_back] = True
-            columns["queue_position"][fell_back] = columns["horde_queue_position"][fell_back]
-            columns["wait_time"][fell_back] = columns["horde_wait_time"][fell_back]
 
-    with stages("forecasts"):
-        inputs = _forecasts.forecast_inputs(
-            snapshot.now, rq, snapshot.requests.expiry[rq.index], position, work, inflight, columns, forecast_throughput, queues,
-            options.forecast_skip)
-        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
+def _use_horde_figures(columns: dict[str, np.ndarray], rows: np.ndarray) -> None:
+    """Requests without eligibility-aware figures are told the horde-wide ones."""
+    columns["queue_position"][rows] = columns["horde_queue_position"][rows]
+    columns["wait_time"][rows] = columns["horde_wait_time"][rows]
 
-    return Estimates(
-        now=snapshot.now,
-        forecasts=forecasts,
-        request_id=rq.ids,
-        request_index=rq.index,
-        columns=columns,
-        horde=horde,
-        options=options,
-        timings=stages.seconds,
-        groups=groups,
-        rejected=snapshot.rejected,
-        extras=extras,
+
+def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, aware: bool) -> Eligibility:
+    """Eligibility of the waiting requests ``mine`` (all of ``gentype``)."""
+    n = len(batch.queue.index)
+    in_mine = np.full(n, -1, dtype=np.int64)
+    in_mine[mine] = np.arange(len(mine))
+    ex_w, ex_r = batch.excluded
+    sel = np.isin(ex_r, mine)
+    return eligibility(
+        batch.workers,
+        take_rows(batch.queue, mine),
+        gentype,
+        (ex_w[sel], in_mine[ex_r[sel]]),
+        vocabulary_size,
+        with_competition=aware,
     )
+
+
+def _forecast_queue(
+    batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, elig: Eligibility, horde: dict[str, Any]
+) -> _forecasts.GentypeQueue:
+    """What the forecasts stage reads of one gentype (its eligible sets built only if asked)."""
+    n = len(batch.queue.index)
+    in_mine = np.full(n, -1, dtype=np.int64)
+    in_mine[mine] = np.arange(len(mine))
+    ex_w, ex_r = batch.excluded
+    sel = np.isin(ex_r, mine)
+    return _forecasts.gentype_queue(batch.workers, take_rows(batch.queue, mine), gentype,
+                                    (ex_w[sel], in_mine[ex_r[sel]]), vocabulary_size, elig, mine,
+                                    horde["mean_speed"])
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """The competing requests ahead of each request with eligible threads."""
+
+    eligible: np.ndarray  # positions in the gentype's requests
+    count: np.ndarray
+    jobs: np.ndarray
+    work: np.ndarray
+
+
+def _competition(batch: _Batch, mine: np.ndarray, elig: Eligibility, groups: dict[str, int], name: str) -> _Ahead:
+    """Count, jobs and work ahead that each request's eligible workers could take."""
+    takes = elig.competition
+    eligible = np.flatnonzero(elig.threads > 0)
+    # Requests whose eligible workers could take the same signatures compete
+    # alike; rows are deduplicated per group, never per request.
+    used_rows, row_of_request = np.unique(elig.row[eligible], return_inverse=True)
+    first, class_of_row = unique_rows(takes.takeable[used_rows])
+    class_takeable = takes.takeable[used_rows[first]]
+    klass = class_of_row[row_of_request.ravel()]
+    groups[f"{name}_signatures"] = takes.n_signatures
+    groups[f"{name}_competition_classes"] = len(class_takeable)
+    count, jobs, work = competition(
+        batch.position[mine],
+        takes.signature,
+        klass.ravel(),
+        class_takeable,
+        takes.n_signatures,
+        batch.queue.n[mine],
+        batch.work[mine],
+        eligible,
+    )
+    return _Ahead(eligible, count, jobs, work)
+
+
+def _fill_figures(columns: dict[str, np.ndarray], batch: _Batch, mine: np.ndarray, elig: Eligibility, ahead: _Ahead) -> None:
+    """Queue position, wait and ahead wait; requests with no eligible thread fall back."""
+    at = mine[ahead.eligible]
+    threads = elig.threads[ahead.eligible].astype(np.float64)
+    throughput = elig.throughput[ahead.eligible]
+    columns["queue_position"][at] = ahead.count
+    columns["wait_time"][at] = figures.wait_time(
+        ahead.work, ahead.jobs, batch.work[at], batch.queue.n[at], threads, throughput, batch.in_flight[at]
+    )
+    columns["ahead_wait"][at] = figures.ahead_wait(ahead.work, ahead.jobs, threads, throughput)
+    fell_back = mine[elig.threads == 0]
+    columns["fallback"][fell_back] = True
+    _use_horde_figures(columns, fell_back)
 
 
 def _jobs_in_flight(
@@ -228,29 +292,21 @@ def _jobs_in_flight(
     return inflight, {k: counts[k] for k in ("waiting", "processing", "finished", "restarted")}
 
 
-def _horde_wide(
-    wk: WorkerArrays,
-    gentype: int,
-    rq: RequestArrays,
-    mine: np.ndarray,
-    position: np.ndarray,
-    work: np.ndarray,
-    inflight: np.ndarray,
-    columns: dict[str, np.ndarray],
-) -> dict[str, float]:
+def _horde_wide(batch: _Batch, gentype: int, mine: np.ndarray, columns: dict[str, np.ndarray]) -> dict[str, float]:
     """Horde-wide totals of one gentype, and its requests' horde-wide figures (SPEC section 6)."""
+    wk, rq, work = batch.workers, batch.queue, batch.work
     online = wk.online & (wk.gentype == gentype)
     n_online = int(online.sum())
     threads = int(wk.threads[online].sum())
     mean_speed = float(wk.speed[online].mean()) if n_online else float("nan")
     if len(mine):
-        order = mine[np.argsort(position[mine])]
+        order = mine[np.argsort(batch.position[mine])]
         jobs_ahead = np.concatenate([[0], np.cumsum(rq.n[order])[:-1]])
         work_ahead = np.concatenate([[0], np.cumsum(work[order])[:-1]])
         columns["horde_queue_position"][order] = np.arange(len(order))
         if n_online and mean_speed > 0:
             rate = mean_speed * np.minimum(threads, jobs_ahead + rq.n[order])
-            columns["horde_wait_time"][order] = (work_ahead + work[order]) / rate + inflight[order]
+            columns["horde_wait_time"][order] = (work_ahead + work[order]) / rate + batch.in_flight[order]
     return {
         "queued_requests": int(len(mine)),
         "queued_jobs": int(rq.n[mine].sum()),
@@ -299,4 +355,5 @@ def estimate(
     """
     options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
                               forecast_skip=forecast_skip)
-    return compute(snapshot, options)
+    with blas_threads(workers=len(snapshot.workers.id), requests=len(snapshot.requests.id)):
+        return compute(snapshot, options)

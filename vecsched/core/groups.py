@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from vecsched.snapshot.snapshot import ListColumn
+from vecsched.snapshot.lists import ListColumn
 
 
 def factorize_rows(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

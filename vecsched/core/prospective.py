@@ -24,12 +24,15 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from vecsched.core.arrays import WorkerArrays, request_arrays, take_rows, worker_arrays
+from vecsched.core import figures
+from vecsched.core.arrays import WorkerArrays, request_arrays, take_rows
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.core.eligibility import eligibility
-from vecsched.core.result import Estimates
+from vecsched.core.estimate import estimate
+from vecsched.core.result import CompetitionState, Estimates, QueueSignatures
 from vecsched.core.groups import factorize_rows, or_by_segments, set_codes, unpack_words
-from vecsched.snapshot.snapshot import ListColumn, Snapshot, SnapshotError, _columns_from_records
+from vecsched.snapshot.lists import ListColumn
+from vecsched.snapshot.snapshot import Snapshot, SnapshotError, columns_from_records
 
 STATE_VERSION = 2
 _LIST_FIELDS = ("models",)
@@ -83,51 +86,42 @@ def build_prospective_state(snapshot: Snapshot, estimates: Estimates | None = No
     >>> answer_prospective(state, {"gentype": "text", "models": ["m"], "max_length": 100})
     {'eligible_workers': 1, 'eligible_worker_threads': 1, 'ahead_wait': 10.0, 'queue_position': 1}
     """
-    if estimates is None:
-        from vecsched.core.estimate import estimate
-
+    if estimates is None or estimates.competition is None:
         estimates = estimate(snapshot)
-    w, r = snapshot.workers, snapshot.requests
-    users, user_codes = _user_codes(w.user_id, r.user_id)
-    wk = worker_arrays(snapshot, user_codes[: len(w)])
-    wk = take_rows(wk, np.flatnonzero(wk.usable))
+    batch = estimates.competition
+    wk = take_rows(batch.workers, np.flatnonzero(batch.workers.usable))
     arrays: dict[str, np.ndarray] = {
         "version": np.array(STATE_VERSION),
         "now": np.array(snapshot.now),
         "vocabulary": np.asarray(snapshot.model_names.tolist(), dtype=str),
-        "users": np.asarray(users, dtype=str),
+        "users": np.asarray(batch.users.tolist(), dtype=str),
         "worker_ids": np.asarray(wk.ids.tolist(), dtype=str),
         # Which gentypes get eligibility-aware waits (image only when the cycle asked).
         "aware_text": np.array(True),
         "aware_image": np.array(estimates.options.eligible_image_wait),
     }
     arrays.update(_pack(wk, "w_"))
-    waiting = snapshot.requests.take(estimates.request_index)
-    for name, part in estimates.extras.items():
-        rows = part["rows"]
-        priority = waiting.extra_priority[rows].astype(np.int64)
-        n = waiting.n[rows].astype(np.int64)
-        # Queued totals per (signature, priority level).
-        level, level_first = factorize_rows(part["signature"], priority)
-        output = np.where(
-            name == "text",
-            waiting.max_length[rows].astype(np.int64),
-            waiting.width[rows].astype(np.int64) * waiting.height[rows] * waiting.steps[rows],
-        )
-        level_work = np.bincount(level, weights=n * output, minlength=len(level_first)).astype(np.int64)
-        arrays.update(
-            {
-                f"{name}_n_signatures": np.array(part["n_signatures"]),
-                f"{name}_class_rows": part["class_rows"],
-                f"{name}_worker_class": part["worker_class"],
-                f"{name}_level_signature": part["signature"][level_first],
-                f"{name}_level_priority": priority[level_first],
-                f"{name}_level_count": np.bincount(level, minlength=len(level_first)).astype(np.int64),
-                f"{name}_level_jobs": np.bincount(level, weights=n, minlength=len(level_first)).astype(np.int64),
-                f"{name}_level_work": level_work,
-            }
-        )
+    for name, queue in batch.by_gentype.items():
+        arrays.update(_queue_levels(name, queue, batch))
     return ProspectiveState(arrays).to_bytes()
+
+
+def _queue_levels(name: str, queue: QueueSignatures, batch: CompetitionState) -> dict[str, np.ndarray]:
+    """The queue of one gentype reduced to totals per (signature, priority level)."""
+    priority = batch.priority[queue.rows]
+    n = batch.jobs[queue.rows]
+    level, level_first = factorize_rows(queue.signature, priority)
+    levels = len(level_first)
+    return {
+        f"{name}_n_signatures": np.array(queue.n_signatures),
+        f"{name}_class_rows": queue.class_rows,
+        f"{name}_worker_class": queue.worker_class,
+        f"{name}_level_signature": queue.signature[level_first],
+        f"{name}_level_priority": priority[level_first],
+        f"{name}_level_count": np.bincount(level, minlength=levels).astype(np.int64),
+        f"{name}_level_jobs": np.bincount(level, weights=n, minlength=levels).astype(np.int64),
+        f"{name}_level_work": np.bincount(level, weights=n * batch.output[queue.rows], minlength=levels).astype(np.int64),
+    }
 
 
 def answer_prospective(
@@ -149,7 +143,7 @@ def answer_prospective(
     row["n"] = 1  # the answer does not depend on the request's own size
     errors: list[RowError] = []
     times = {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}
-    cols = _columns_from_records("requests", [row | times], errors)
+    cols = columns_from_records("requests", [row | times], errors)
     single = Snapshot.from_columns(now, {}, cols, rejected=errors)
     if single.rejected:
         raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")
@@ -191,21 +185,10 @@ def answer_prospective(
     levels = takeable[a[f"{name}_level_signature"]] & (a[f"{name}_level_priority"] >= int(mine.priority[0]))
     jobs_ahead = int(a[f"{name}_level_jobs"][levels].sum())
     work_ahead = int(a[f"{name}_level_work"][levels].sum())
-    throughput = float(elig.throughput[0])
-    if jobs_ahead == 0:
-        ahead = 0.0
-    elif throughput == 0:
-        ahead = None
-    else:
-        ahead = work_ahead / (throughput * min(1.0, jobs_ahead / threads))
-    answer["ahead_wait"] = ahead
+    ahead = float(figures.ahead_wait(np.array([work_ahead]), np.array([jobs_ahead]), np.array([float(threads)]), elig.throughput[:1])[0])
+    answer["ahead_wait"] = None if np.isnan(ahead) else ahead
     answer["queue_position"] = int(a[f"{name}_level_count"][levels].sum())
     return answer
-
-
-def _user_codes(worker_users: np.ndarray, request_users: np.ndarray) -> tuple[list[str], np.ndarray]:
-    codes, uniques = pd.factorize(np.concatenate([worker_users, request_users]).astype(object))
-    return list(uniques), codes.astype(np.int64)
 
 
 def _pack(arrays: Any, prefix: str) -> dict[str, np.ndarray]:

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from vecsched.core.arrays import WorkerArrays
 from vecsched.snapshot.schema import GENTYPES, RowError
-from vecsched.snapshot.snapshot import Snapshot, _iso
+from vecsched.snapshot.times import iso
 
 FORMAT = "vecsched.estimates/1"
 
@@ -72,6 +73,56 @@ class EstimateOptions:
 
 
 @dataclass(frozen=True)
+class QueueSignatures:
+    """What the batch learnt about the queue of one gentype that a prospective answer reuses.
+
+    Attributes
+    ----------
+    rows : ndarray
+        Positions (in the estimate's waiting requests) of this gentype's requests.
+    signature : ndarray
+        Each of those requests' (merged) signature.
+    n_signatures : int
+        How many signatures there are.
+    class_rows : ndarray of uint64
+        Per worker take class, the signatures it could take (64-bit words).
+    worker_class : ndarray
+        The take class of each usable worker of the gentype, in worker row order.
+    """
+
+    rows: np.ndarray
+    signature: np.ndarray
+    n_signatures: int
+    class_rows: np.ndarray
+    worker_class: np.ndarray
+
+
+@dataclass(frozen=True)
+class CompetitionState:
+    """The batch's intermediate results a prospective answer is built from, typed.
+
+    Attributes
+    ----------
+    workers : WorkerArrays
+        Every worker's gate inputs, as the batch derived them.
+    users : ndarray
+        User names by the codes ``workers.user`` holds.
+    priority, jobs, output : ndarray
+        Per waiting request (aligned with the estimates): its extra priority,
+        its jobs left and the output of one job (tokens or pixel-steps).
+    by_gentype : dict of str to QueueSignatures
+        One entry per gentype with eligibility-aware figures.
+    """
+
+    workers: WorkerArrays
+    users: np.ndarray
+    priority: np.ndarray
+    jobs: np.ndarray
+    output: np.ndarray
+    by_gentype: dict[str, QueueSignatures]
+
+
+@dataclass(frozen=True)
 class Estimates:
     """The figures of every waiting request of one snapshot.
 
@@ -91,6 +142,9 @@ class Estimates:
     groups : dict
         How many request groups, worker groups and competition classes the
         grouping formed.
+    competition : CompetitionState or None
+        The batch's intermediate results a cycle publishes for prospective
+        answers (:func:`vecsched.core.prospective.build_prospective_state`).
     """
 
     now: float
@@ -102,7 +156,7 @@ class Estimates:
     timings: dict[str, float] = field(default_factory=dict)
     groups: dict[str, int] = field(default_factory=dict)
     rejected: tuple[RowError, ...] = ()
-    extras: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    competition: CompetitionState | None = field(default=None, repr=False, compare=False)
     # Estimator name -> vecsched.core.forecasts.Forecast (SPEC section 8).
     forecasts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -147,7 +201,7 @@ class Estimates:
             entry["forecasts"] = {name: f.row(k) for name, f in self.forecasts.items()}
         return {
             "format": FORMAT,
-            "now": _iso(self.now),
+            "now": iso(self.now),
             "horde": self.horde,
             "estimates": estimates,
         }

@@ -1,4 +1,4 @@
-"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``.
+"""Service subcommands: ``db init|load|dump``, ``run [--once]``, ``status``, ``top``, ``prospective``, ``serve``.
 
 Configuration, each flag overriding its variable: ``--db`` /
 ``VECSCHED_DATABASE_URL`` (default: the SQLite file ``vecsched.sqlite`` in
@@ -33,7 +33,7 @@ _REQUEST_BOOLS = ("is_chat", "slow_workers", "trusted_workers", "nsfw", "validat
 
 
 def add_commands(sub: Any) -> None:
-    """Add ``db``, ``run``, ``status``, ``top`` and ``prospective`` to the ``vecsched`` command line."""
+    """Add ``db``, ``run``, ``status``, ``top``, ``prospective`` and ``serve`` to the ``vecsched`` command line."""
 
     def common(p: argparse.ArgumentParser, redis: bool = True) -> None:
         p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL, else the embedded "
@@ -44,6 +44,7 @@ def add_commands(sub: Any) -> None:
 
     _add_db_commands(sub, common)
     _add_job_and_read_commands(sub, common)
+    _add_serve_command(sub, common)
 
 
 def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
@@ -69,7 +70,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.cli import non_negative_int, positive_float
+    from vecsched.arguments import non_negative_int, positive_float
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -124,6 +125,31 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.set_defaults(func=_prospective)
 
 
+def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
+    from vecsched.arguments import positive_float
+
+    p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    p.add_argument("--processes", type=_at_least_one, default=2,
+                   help="server processes; not --workers, which are the horde's (default: 2)")
+    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
+    p.add_argument("--max-age", type=positive_float,
+                   help="seconds after which figures are stale (default: three refresh intervals)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="log level; at DEBUG gunicorn logs request lines, ids included (default: INFO)")
+    common(p)
+    p.set_defaults(func=_serve)
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _json_object(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
@@ -157,7 +183,8 @@ def _db_load(args: argparse.Namespace) -> int:
     from vecsched.errors import UserError
     from vecsched.service.demo import forget_demo
     from vecsched.service.sql import import_snapshot, make_engine
-    from vecsched.snapshot.snapshot import _iso, load_snapshot
+    from vecsched.snapshot.snapshot import load_snapshot
+    from vecsched.snapshot.times import iso
 
     snapshot = load_snapshot(args.snapshot)
     age = time.time() - snapshot.now
@@ -165,7 +192,7 @@ def _db_load(args: argparse.Namespace) -> int:
         # Loaded as is, every request of an old snapshot has expired and nothing
         # is published; shifting production data must be asked for, never silent.
         raise UserError(
-            f"{args.snapshot} was taken at {_iso(snapshot.now)}, {age / 3600:.1f} h ago: its requests have "
+            f"{args.snapshot} was taken at {iso(snapshot.now)}, {age / 3600:.1f} h ago: its requests have "
             "expired; pass --shift-to-now to move its times to now (or --keep-times to load it as it is)")
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
@@ -180,10 +207,10 @@ def _db_load(args: argparse.Namespace) -> int:
 
 
 def _db_dump(args: argparse.Namespace) -> int:
-    from vecsched.snapshot.snapshot import _to_epoch
+    from vecsched.snapshot.times import to_epoch
     from vecsched.service.sql import load_horde, make_engine
 
-    now = _to_epoch(args.now) if args.now else time.time()
+    now = to_epoch(args.now) if args.now else time.time()
     snapshot = load_horde(make_engine(_db_url(args)), now)
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
@@ -315,3 +342,12 @@ def _prospective(args: argparse.Namespace) -> int:
     request.setdefault("gentype", "text")
     print(json.dumps(prospective(request, store=_store(args), max_age=args.max_age)))
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from vecsched.service.http.serve import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return serve(host=args.host, port=args.port, processes=args.processes, threads=args.threads,
+                 database_url=_db_url(args), redis_url=args.redis, prefix=args.prefix,
+                 max_age=args.max_age, log_level=args.log_level)

@@ -175,9 +175,9 @@ class DemoHorde:
         sim = self.sim
         sim.log.clear()
         cut = sim.now - KEEP_ENDED
-        from vecsched.snapshot.snapshot import _iso
+        from vecsched.snapshot.times import iso
 
-        cut_iso = _iso(cut)
+        cut_iso = iso(cut)
         sim.dispatches = [d for d in sim.dispatches if d["dispatched_at"] >= cut_iso]
         sim.capacity_returns = [c for c in sim.capacity_returns if c["returned_at"] >= cut_iso]
         ended = [rid for rid, r in sim.requests.items()

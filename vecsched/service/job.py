@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from vecsched.core.estimate import estimate as estimate_snapshot
+from vecsched.core.prospective import build_prospective_state
 from vecsched.snapshot.schema import RowError
 from vecsched.service.store.base import Cycle, Store
 from vecsched.service.payload import encode_payloads
@@ -114,22 +116,6 @@ class SQLLoader:
         return load_horde(self.engine, now)
 
 
-def _default_estimate(snapshot: Snapshot) -> Any:
-    from vecsched.core.estimate import estimate
-
-    return estimate(snapshot)
-
-
-def _prospective_state(snapshot: Snapshot, estimates: Any) -> bytes:
-    try:
-        from vecsched.core.prospective import build_prospective_state
-    except ModuleNotFoundError as exc:
-        if exc.name != "vecsched.core.prospective":
-            raise
-        return b""  # not built yet: the prospective read answers "unknown"
-    return build_prospective_state(snapshot, estimates)
-
-
 def run_cycle(
     load: Callable[[float], Snapshot],
     store: Store,
@@ -177,7 +163,7 @@ def run_cycle(
     """
     if forecasts is not None:
         estimate = forecasts.wrap(estimate)  # forecasts only for requests not yet recorded
-    estimate = _default_estimate if estimate is None else estimate
+    estimate = estimate_snapshot if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
     stage = "load"
@@ -191,7 +177,7 @@ def run_cycle(
         report.rejected = list(snapshot.rejected)
         stage = "estimate"
         estimates = estimate(snapshot)
-        state = _prospective_state(snapshot, estimates)
+        state = build_prospective_state(snapshot, estimates)
         ids, payloads = encode_payloads(estimates, now)
         ended_ids, ended_payloads = ended_requests(snapshot)
         t2 = time.perf_counter()
@@ -403,7 +389,23 @@ def run_service(
 
 
 def forecast_tracker(store: Store) -> Any:
-    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database."""
+    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database.
+
+    Parameters
+    ----------
+    store : Store
+        The publication store; forecasts go to the same Redis (prefix) or database.
+
+    Returns
+    -------
+    ForecastTracker
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> type(forecast_tracker(SQLStore("sqlite://"))).__name__
+    'ForecastTracker'
+    """
     from vecsched.service.forecast_job import ForecastTracker, recorder_for
 
     return ForecastTracker(recorder_for(store))

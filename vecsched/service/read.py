@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 from vecsched.service.store.base import Reading, Store
 from vecsched.service.payload import decode_payload
 from vecsched.service.config import open_store
-from vecsched.snapshot.snapshot import _iso
+from vecsched.snapshot.times import iso
 
 DEFAULT_STALE_INTERVALS = 3.0
 """Figures older than this many refresh intervals are stale."""
@@ -147,7 +147,7 @@ def status(
             if figures["ahead_wait"] is not None:
                 out["ahead_wait"] = float(figures["ahead_wait"])
         out["stale"] = stale
-        out["cycle_time"] = _iso(reading.time)
+        out["cycle_time"] = iso(reading.time)
     if progress:
         _merge_progress(out, progress)
     return out
@@ -284,7 +284,7 @@ def prospective(
     if reading is None or state is None:
         return {"unknown": True, "allowance": policy(0, None)}
     _, stale = _age(reading, now, max_age)
-    out: dict[str, Any] = {"stale": stale, "cycle_time": _iso(reading.time)}
+    out: dict[str, Any] = {"stale": stale, "cycle_time": iso(reading.time)}
     if stale:
         out["allowance"] = policy(0, None)
         return out
@@ -346,16 +346,14 @@ def _current_state(store: Store) -> tuple[Reading | None, Any]:
     not seen before fetches and parses the state bytes. The cache is keyed by
     cycle id, which names one immutable publication, so a hit is never stale.
     """
-    read_current = getattr(store, "read_current", None)
-    if read_current is not None:
-        current = read_current()
-        if current is None:
-            return None, None
-        with _states_lock:
-            state = _states.get(current.cycle_id)
-            if state is not None:
-                _states.move_to_end(current.cycle_id)
-                return current, state
+    current = store.read_current()
+    if current is None:
+        return None, None
+    with _states_lock:
+        state = _states.get(current.cycle_id)
+        if state is not None:
+            _states.move_to_end(current.cycle_id)
+            return current, state
     reading = store.read_prospective()
     if reading is None or not reading.value:
         return reading, None

@@ -51,9 +51,7 @@ def _redis_payloads(store: RedisStore) -> tuple[Reading | None, dict[str, str]]:
     current = store.read_current()
     if current is None:
         return None, {}
-    status_key = store._keys(current.cycle_id)[0]
-    got = store.client.hgetall(status_key)
-    return current, {k.decode(): v.decode() for k, v in got.items()}
+    return current, store.payloads(current.cycle_id)
 
 
 def _sql_payloads(store: SQLStore) -> tuple[Reading | None, dict[str, str]]:
@@ -130,9 +128,9 @@ def render(frame: pd.DataFrame, reading: Reading) -> str:
     >>> print(render(frame, Reading("1.0|5.0|x", 1.0, 5.0, None)).splitlines()[0])
     cycle 1970-01-01T00:00:01Z: 1 requests shown, longest wait first
     """
-    from vecsched.snapshot.snapshot import _iso
+    from vecsched.snapshot.times import iso
 
-    head = f"cycle {_iso(reading.time)}: {len(frame)} requests shown, longest wait first"
+    head = f"cycle {iso(reading.time)}: {len(frame)} requests shown, longest wait first"
     if frame.empty:
         return head + "\n(no waiting request)"
     shown = frame.copy()

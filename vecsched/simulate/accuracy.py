@@ -22,10 +22,11 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from vecsched.core.estimate import estimate
 from vecsched.snapshot.schema import GENTYPES
 from vecsched.snapshot.snapshot import Snapshot
 from vecsched.simulate.engine import EXPIRY_SECONDS, Simulation
-from vecsched.simulate.scenarios import Scenario, build, scenario as get_scenario
+from vecsched.simulate.scenarios import SCENARIOS, Scenario, build, scenario as get_scenario
 
 ESTIMATORS = {"vecsched": ("wait_time", "queue_position"), "horde-wide": ("horde_wait_time", "horde_queue_position")}
 """Each estimator scored: its wait column and its queue position column."""
@@ -95,8 +96,6 @@ def run(
     >>> list(r.table.index.names), sorted(set(r.table.index.get_level_values("estimator")))
     (['gentype', 'estimator'], ['horde-wide', 'vecsched'])
     """
-    from .. import estimate
-
     sc = get_scenario(name) if isinstance(name, str) else name
     sim, _ = build(sc, seed, minutes, warmup=warmup, tail=tail)
     t0 = sim.now
@@ -297,8 +296,6 @@ def run_suite(
     minutes: float = 10.0, seed: int = 0, names: list[str] | None = None, **kwargs: Any
 ) -> pd.DataFrame:
     """Run every scenario (or ``names``) and stack their accuracy tables."""
-    from vecsched.simulate.scenarios import SCENARIOS
-
     tables = {}
     for name in names or list(SCENARIOS):
         tables[name] = run(name, minutes, seed, **kwargs).table

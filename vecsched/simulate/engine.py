@@ -36,19 +36,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, GENTYPES, IMAGE, TEXT
+from vecsched.reference import passes_image_limits, passes_shared_gates, passes_text_gates
+from vecsched.snapshot.schema import CHAT_MODES, CHAT_NONE, GENTYPES, IMAGE, SOURCE_PROCESSING, TEXT
 from vecsched.core.rules import (
     ASSUMED_IMAGE_SPEED,
     ASSUMED_TEXT_SPEED,
-    CAP,
     IMAGE_SLOW_SPEED,
-    VALIDATED_TEXT_BRIDGES,
     bridge_capabilities,
+    OPTION_BIT,
+    image_options_used,
     inpainting_models,
+    options_served,
+    parse_bridge_agents,
     text_model_parameters,
     text_speed_floor,
 )
-from vecsched.snapshot.snapshot import Snapshot, _iso
+from vecsched.snapshot.snapshot import Snapshot
+from vecsched.snapshot.times import iso
 
 EPOCH = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc).timestamp()
 EXPIRY_SECONDS = 1200.0  # a request not started within 20 minutes expires
@@ -58,14 +62,18 @@ EVENT_WINDOW = 900.0  # dispatches and returns kept in snapshots (SPEC: at least
 OFFLINE_KEEP = 600.0  # a departed worker stays in snapshots (offline) this long
 CHECK_IN_PERIOD = 60.0  # workers check in at least this often while present
 
-_ALLOW = {  # request option -> the worker allow flag it needs (SPEC 3, image 9)
-    "img2img": "allow_img2img",
-    "painting": "allow_painting",
-    "post_processing": "allow_post_processing",
-    "controlnet": "allow_controlnet",
-    "lora": "allow_lora",
-    "transparent": "allow_sdxl_controlnet",
-}
+_ENUM_NAMES = {"gentype": GENTYPES, "chat_mode": CHAT_MODES, "source_processing": SOURCE_PROCESSING}
+
+
+def _reference_row(item: SimWorker | SimRequest, names: tuple[str, ...]) -> dict[str, Any]:
+    """Snapshot columns as :mod:`vecsched.reference` reads a row (enums by name), so that
+    the simulator's gates can be the reference's own predicates. A plain dict: the gates
+    read it many times per event."""
+    row = {name: getattr(item, name) for name in (*names, "model_set")}
+    for name, labels in _ENUM_NAMES.items():
+        if name in row:
+            row[name] = labels[row[name]]
+    return row
 
 
 @dataclass(eq=False)
@@ -108,11 +116,8 @@ class SimWorker:
     state_version: int = 0
     # derived once per declaration change
     model_set: frozenset[str] = frozenset()
-    caps: int = 0
-    allow_bits: int = 0
-    validated: bool = False
+    options: int = 0  # rules.OPTION_BIT bits of the image options it serves
     floor: float = 0.0
-    has_inpainting: bool = False
 
     def __post_init__(self) -> None:
         if self.chat_max_length is None:
@@ -120,20 +125,21 @@ class SimWorker:
         if self.chat_max_context_length is None:
             self.chat_max_context_length = self.max_context_length
         self.derive()
+        self.row = _reference_row(self, _WORKER_FIELDS)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # A declaration may change mid-run (models, chat mode): its row follows at once.
+        object.__setattr__(self, name, value)
+        row = self.__dict__.get("row")
+        if row is not None and name in row:
+            labels = _ENUM_NAMES.get(name)
+            row[name] = value if labels is None else labels[value]
 
     def derive(self) -> None:
         """Recompute what eligibility reads from the declaration."""
         self.model_set = frozenset(self.models)
-        name, _, rest = self.bridge_agent.partition(":")
-        version = rest.split(":", 1)[0]
-        major = version.split(".", 1)[0]
-        self.caps = bridge_capabilities(name, int(major) if major.isdigit() else 0)
-        self.validated = name in VALIDATED_TEXT_BRIDGES
-        bits = 0
-        for k, flag in enumerate(_ALLOW.values()):
-            if getattr(self, flag):
-                bits |= 1 << k
-        self.allow_bits = bits
+        names, versions = parse_bridge_agents(np.array([self.bridge_agent], dtype=object))
+        caps = bridge_capabilities(str(names[0]), int(versions[0]))
         if self.gentype == TEXT:
             params = text_model_parameters().get(self.models[0], 0.0) if self.models else 0.0
             if not params == params:  # NaN in the reference list: unknown size
@@ -141,7 +147,8 @@ class SimWorker:
             self.floor = float(text_speed_floor(np.asarray([params], dtype=float))[0])
         else:
             self.floor = IMAGE_SLOW_SPEED
-            self.has_inpainting = any(m in inpainting_models() for m in self.models)
+            can_paint = any(m in inpainting_models() for m in self.models)
+            self.options = int(options_served(self, caps, can_paint))
 
     @property
     def speed(self) -> float | None:
@@ -212,9 +219,7 @@ class SimRequest:
     finished_jobs: int = 0
     # derived
     model_set: frozenset[str] = frozenset()
-    need_caps: int = 0
-    need_allow: int = 0
-    painting: bool = False
+    options: int = 0  # rules.OPTION_BIT bits of the image options it uses
     key: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
@@ -226,30 +231,10 @@ class SimRequest:
         # queue order is fixed at arrival: priority now = base + 50 * (ticks since
         # created), and the common term drops out of every comparison.
         self.key = (-(self.base_priority - AGING_STEP * tick), self.created, self.id)
+        self.row = _reference_row(self, _REQUEST_FIELDS)
         if self.gentype == IMAGE:
-            caps, allow = 0, []
-            img2img = self.source_image  # SPEC 3, image rule 9: not source_processing
-            self.painting = self.source_processing in (2, 3)
-            for used, cap, flag in (
-                (img2img, "img2img", "img2img"),
-                (self.painting, "inpainting", "painting"),
-                (self.post_processing > 0, "post_processing", "post_processing"),
-                (self.control_type, "controlnet", "controlnet"),
-                (self.loras, "lora", "lora"),
-                (self.tis, "textual_inversion", None),
-                (self.hires_fix, "hires_fix", None),
-                (self.tiling, "tiling", None),
-                (self.transparent, "layer_diffuse", "transparent"),
-                (self.extra_source_images, "extra_source_images", None),
-                (self.r2, "r2", None),
-            ):
-                if used:
-                    caps |= int(CAP[cap])
-                    if flag is not None:
-                        allow.append(flag)
-            self.need_caps = caps
-            names = list(_ALLOW)
-            self.need_allow = sum(1 << names.index(a) for a in allow)
+            used = image_options_used(self)
+            self.options = sum(int(bit) for name, bit in OPTION_BIT.items() if used[name])
 
     def priority(self, now: float) -> int:
         """``extra_priority`` at ``now``, aging included."""
@@ -354,7 +339,7 @@ class Simulation:
     def _record(self, kind: str, **fields: Any) -> None:
         if "gentype" in fields:
             fields["gentype"] = GENTYPES[fields["gentype"]]
-        self.log.append({"t": self.now, "time": _iso(self.now), "kind": kind, **fields})
+        self.log.append({"t": self.now, "time": iso(self.now), "kind": kind, **fields})
 
     # -- workers ------------------------------------------------------------------
     def add_worker(self, worker: SimWorker) -> None:
@@ -478,44 +463,19 @@ class Simulation:
         return True
 
     def _passes_other_gates(self, w: SimWorker, r: SimRequest) -> bool:
-        """Every gate but the text speed gate (image speed gates are applied in eligible)."""
+        """Every gate but the speed gates: the simulated state here, the declarations
+        by the reference's own predicates (SPEC section 3), the image options by their bits."""
         if w.gentype != r.gentype or not w.online or w.paused:
             return False
         if r.status != "waiting" or r.n <= 0:
             return False
-        if w.maintenance and r.user_id != w.user_id:
-            return False
-        if (r.nsfw and not w.nsfw) or (r.trusted_workers and not w.owner_trusted):
-            return False
-        if r.worker_ids and ((w.id in r.worker_ids) == r.worker_blacklist):
-            return False
-        if r.model_set and r.model_set.isdisjoint(w.model_set):
-            return False
         if r.excluded and w.id in r.excluded:
             return False
+        if not passes_shared_gates(w.row, r.row):
+            return False
         if r.gentype == TEXT:
-            if r.is_chat:
-                if w.chat_mode == CHAT_NONE:
-                    return False
-                if r.max_length > w.chat_max_length or r.max_context_length > w.chat_max_context_length:
-                    return False
-            else:
-                if w.chat_mode == CHAT_ONLY:
-                    return False
-                if r.max_length > w.max_length or r.max_context_length > w.max_context_length:
-                    return False
-            if r.validated_backends and not w.validated:
-                return False
-            return True
-        if r.width * r.height > w.max_pixels:
-            return False
-        if w.extra_slow_worker and not r.extra_slow_workers:
-            return False
-        if (r.need_caps & ~w.caps) or (r.need_allow & ~w.allow_bits):
-            return False
-        if r.painting and not w.has_inpainting:
-            return False
-        return True
+            return passes_text_gates(w.row, r.row)
+        return passes_image_limits(w.row, r.row) and not (r.options & ~w.options)
 
     def _chat_has_fast(self, r: SimRequest) -> bool:
         cached = self._chat_cache.get(r.id)
@@ -581,11 +541,11 @@ class Simulation:
             "worker_id": w.id,
             "worker_state": w.state,
             "request_id": r.id,
-            "request_created": _iso(r.created),
+            "request_created": iso(r.created),
             "request_extra_priority": r.priority(now),
             "selected_from_priority_queue": from_priority,
             "priority_user_ids": list(w.priority_user_ids),
-            "dispatched_at": _iso(now),
+            "dispatched_at": iso(now),
             "assigned_work": r.work,
         }
         self.dispatches.append(dispatch)
@@ -605,7 +565,7 @@ class Simulation:
         job.ended = self.now
         w.busy -= 1
         self.capacity_returns.append(
-            {"dispatch_id": job.dispatch_id, "worker_id": w.id, "returned_at": _iso(self.now)}
+            {"dispatch_id": job.dispatch_id, "worker_id": w.id, "returned_at": iso(self.now)}
         )
         self._record("capacity_return", request_id=r.id, gentype=r.gentype, worker_id=w.id,
                      job_id=job.id, dispatch_id=job.dispatch_id)
@@ -684,7 +644,7 @@ class Simulation:
                 jcols["state"].append(job.state)
         rcols["models"] = [list(m) for m in rcols["models"]]
         rcols["worker_ids"] = [list(m) for m in rcols["worker_ids"]]
-        cut = _iso(now - window)
+        cut = iso(now - window)
         # ISO strings of one format compare in time order.
         dispatches = [d for d in self.dispatches if d["dispatched_at"] >= cut]
         returns = [c for c in self.capacity_returns if c["returned_at"] >= cut]

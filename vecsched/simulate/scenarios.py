@@ -15,12 +15,10 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Callable
 
-import pandas as pd
-
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
+from vecsched.core.rules import model_table
 from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
 from vecsched.simulate.realism import Realism
 from vecsched.simulate.realism import apply as apply_realism
@@ -85,11 +83,7 @@ class Scenario:
 @lru_cache(maxsize=1)
 def _reference_models() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Text models with a known size, image models, and inpainting image models (sorted)."""
-    data = resources.files("vecsched.data")
-    with data.joinpath("text_models.csv").open("r", encoding="utf-8") as fh:
-        text = pd.read_csv(fh)
-    with data.joinpath("image_models.csv").open("r", encoding="utf-8") as fh:
-        image = pd.read_csv(fh)
+    text, image = model_table("text"), model_table("image")
     text_names = tuple(sorted(text.loc[text["parameters"].fillna(0) > 0, "name"]))
     paint = image["inpainting"].astype(str) == "True"
     return text_names, tuple(sorted(image.loc[~paint, "name"])), tuple(sorted(image.loc[paint, "name"]))

@@ -129,6 +129,8 @@ REQUEST_COLUMNS: tuple[Column, ...] = (
     _c("source_processing", "enum", "txt2img", choices=SOURCE_PROCESSING),
     _c("post_processing", "int", 0, minimum=0, dtype="int32"),
     _c("r2", "bool", True),
+    # kudos consumed so far: not an input of the estimate, read by the HTTP status route
+    _c("kudos", "float", 0.0, minimum=0.0),
 )
 
 JOB_COLUMNS: tuple[Column, ...] = (

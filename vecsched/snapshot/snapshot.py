@@ -13,12 +13,13 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from vecsched.snapshot.lists import ListColumn
 from vecsched.snapshot.schema import (
     REQUIRED,
     TABLES,
@@ -26,6 +27,7 @@ from vecsched.snapshot.schema import (
     RowError,
     validate_columns,
 )
+from vecsched.snapshot.times import iso, parse_times, to_epoch
 
 FORMAT = "vecsched.snapshot/1"
 _MISSING = object()
@@ -33,57 +35,6 @@ _MISSING = object()
 
 class SnapshotError(ValueError):
     """The input is not a snapshot at all (as opposed to one bad row in it)."""
-
-
-@dataclass(frozen=True)
-class ListColumn:
-    """A list per row, stored flat: row ``i`` is ``values[offsets[i]:offsets[i+1]]``.
-
-    Models are stored as ``int32`` codes into :attr:`Snapshot.model_names`;
-    targeted worker ids as strings.
-    """
-
-    offsets: np.ndarray
-    values: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def row(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
-
-    def owners(self) -> np.ndarray:
-        """The row index of every value (same length as :attr:`values`)."""
-        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths)
-
-    def take(self, rows: np.ndarray) -> "ListColumn":
-        """The lists of ``rows`` (a boolean mask or integer indices), in that order."""
-        rows = np.flatnonzero(rows) if rows.dtype == bool else np.asarray(rows, dtype=np.int64)
-        lengths = self.lengths[rows]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        starts = np.repeat(self.offsets[:-1][rows] - offsets[:-1], lengths)
-        return ListColumn(offsets, self.values[np.arange(offsets[-1]) + starts])
-
-    def tolist(self) -> list[list[Any]]:
-        values = self.values.tolist()
-        offs = self.offsets.tolist()
-        return [values[a:b] for a, b in zip(offs[:-1], offs[1:])]
-
-    @classmethod
-    def from_lists(cls, lists: Iterable[Iterable[Any]], dtype: Any = object) -> "ListColumn":
-        lists = [list(x) for x in lists]
-        lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = [v for x in lists for v in x]
-        values = np.empty(len(flat), dtype=dtype)
-        values[:] = flat
-        return cls(offsets, values)
 
 
 class Table:
@@ -199,7 +150,7 @@ class Snapshot:
         )
         pair_table.columns["id"] = pair_table.columns["worker_id"]
         return cls(
-            now=_to_epoch(now),
+            now=to_epoch(now),
             workers=tables["workers"],
             requests=tables["requests"],
             jobs=tables["jobs"],
@@ -241,14 +192,14 @@ class Snapshot:
 
     def to_dict(self) -> dict[str, Any]:
         """The snapshot as a JSON-ready mapping in the interchange format."""
-        out: dict[str, Any] = {"format": FORMAT, "now": _iso(self.now)}
+        out: dict[str, Any] = {"format": FORMAT, "now": iso(self.now)}
         for table in ("workers", "requests", "jobs"):
             t: Table = getattr(self, table)
             cols: dict[str, list[Any]] = {}
             for col in TABLES[table]:
                 values = t.columns[col.name]
                 if col.kind == "time":
-                    cols[col.name] = [_iso(v) for v in values.tolist()]
+                    cols[col.name] = [iso(v) for v in values.tolist()]
                 elif col.kind == "enum":
                     cols[col.name] = [col.choices[v] for v in values.tolist()]
                 elif col.kind == "str_list":
@@ -282,7 +233,7 @@ class Snapshot:
 
     def __repr__(self) -> str:
         return (
-            f"<Snapshot at {_iso(self.now)}: {len(self.workers)} workers, "
+            f"<Snapshot at {iso(self.now)}: {len(self.workers)} workers, "
             f"{len(self.requests)} requests, {len(self.jobs)} jobs, "
             f"{len(self.rejected)} rejected rows>"
         )
@@ -324,7 +275,7 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
     if doc.get("format") != FORMAT:
         raise SnapshotError(f"not a snapshot: 'format' is {doc.get('format')!r}, expected {FORMAT!r}")
     try:
-        now = _to_epoch(doc.get("now"))
+        now = to_epoch(doc.get("now"))
     except (TypeError, ValueError):
         raise SnapshotError(f"'now' must be an ISO 8601 time with a zone, got {doc.get('now')!r}") from None
     errors: list[RowError] = []
@@ -333,7 +284,7 @@ def load_snapshot(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapsho
         rows = doc.get(table, [])
         if not isinstance(rows, list):
             raise SnapshotError(f"'{table}' must be a list of objects")
-        columns[table] = _columns_from_records(table, rows, errors)
+        columns[table] = columns_from_records(table, rows, errors)
     pairs = doc.get("excluded_pairs", [])
     if not isinstance(pairs, list):
         raise SnapshotError("'excluded_pairs' must be a list of [worker_id, request_id]")
@@ -366,7 +317,7 @@ def _list_of_objects(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     return value
 
 
-def _columns_from_records(table: str, rows: list[Any], errors: list[RowError]) -> dict[str, Any]:
+def columns_from_records(table: str, rows: list[Any], errors: list[RowError]) -> dict[str, Any]:
     """Typed columns from JSON objects; a row with a value of the wrong type is dropped."""
     spec = TABLES[table]
     n = len(rows)
@@ -470,31 +421,13 @@ def _parse_column(col: Column, raw: list[Any], reject: Any, done: dict[str, Any]
             else:
                 values[k] = code
     elif col.kind == "time":
-        values[:] = _parse_times(raw)
+        values[:] = parse_times(raw)
         for k in np.flatnonzero(np.isnan(values)):
             if raw[k] is not _MISSING:
                 reject(int(k), col.name, "must be an ISO 8601 time with a zone")
     else:  # pragma: no cover - the spec only uses the kinds above
         raise AssertionError(col.kind)
     return values
-
-
-def _parse_times(raw: list[Any]) -> np.ndarray:
-    """Epoch seconds for ISO 8601 strings with a zone; NaN for anything else."""
-    out = np.full(len(raw), np.nan)
-    strings = [(k, v) for k, v in enumerate(raw) if isinstance(v, str)]
-    if not strings:
-        return out
-    idx = np.fromiter((k for k, _ in strings), dtype=np.int64, count=len(strings))
-    series = pd.Series([v for _, v in strings], dtype=object)
-    zoned = series.str.contains(r"(?:Z|z|[+-]\d\d:?\d\d)$", regex=True).to_numpy(dtype=bool)
-    parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
-    ok = zoned & parsed.notna().to_numpy()
-    # Microseconds, not nanoseconds: year 2999 must not wrap around int64.
-    micros = parsed.dt.tz_localize(None).to_numpy().astype("datetime64[us]").astype(np.int64)
-    seconds = micros / 1e6
-    out[idx[ok]] = seconds[ok]
-    return out
 
 
 def _typed_columns(table: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -568,24 +501,3 @@ def _readable(snap: Snapshot, table: str, col: Column, values: Any) -> Any:
     if col.kind == "str_list":
         return snap.model_lists(table) if col.name == "models" else values.tolist()
     return values
-
-
-def _to_epoch(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError("naive datetime")
-        return value.timestamp()
-    if isinstance(value, str):
-        t = _parse_times([value])[0]
-        if math.isnan(t):
-            raise ValueError(value)
-        return float(t)
-    raise TypeError(type(value).__name__)
-
-
-def _iso(seconds: float) -> str:
-    dt = datetime.fromtimestamp(seconds, tz=timezone.utc)
-    text = dt.isoformat(timespec="microseconds" if seconds % 1 else "seconds")
-    return text.replace("+00:00", "Z")

@@ -320,31 +320,46 @@ def hordes(
         n_requests = draw(st.integers(1, max_requests))
     # Mostly one gentype per horde, so workers and requests meet; sometimes both.
     gentypes = draw(_choice((("text",), ("image",), ("text", "image"))))
-    text_models: Sequence[str] = TEXT_MODELS
-    image_models: Sequence[str] = IMAGE_MODELS
-    if shape == "one_model":
-        text_models, image_models = TEXT_MODELS[:1], IMAGE_MODELS[:1]
-
+    models = (TEXT_MODELS[:1], IMAGE_MODELS[:1]) if shape == "one_model" else (TEXT_MODELS, IMAGE_MODELS)
     worker_ids = draw(
         st.lists(st.text("wxyz", min_size=1, max_size=3), min_size=n_workers, max_size=n_workers, unique=True)
     )
     request_ids = draw(
         st.lists(st.text("abAB01", min_size=1, max_size=3), min_size=n_requests, max_size=n_requests, unique=True)
     )
-    ghost_workers = ["ghost-w"]
-    ghost_requests = ["ghost-r"]
-    target_pool = worker_ids + ghost_workers
+    worker_rows = _worker_rows(draw, worker_ids, shape, gentypes, models, features, now)
+    request_rows = _request_rows(draw, request_ids, worker_ids + ["ghost-w"], shape, gentypes, models, features, now)
+    _ties_and_owners(draw, worker_rows, request_rows, features)
+    job_rows, excluded = _jobs_and_exclusions(draw, worker_ids, request_ids, max_jobs, features, now)
+    return {
+        "format": "vecsched.snapshot/1",
+        "now": iso(0, now),
+        "workers": worker_rows,
+        "requests": request_rows,
+        "jobs": job_rows,
+        "excluded_pairs": excluded,
+    }
 
+
+def _worker_rows(
+    draw: st.DrawFn,
+    worker_ids: list[str],
+    shape: str,
+    gentypes: tuple[str, ...],
+    models: tuple[Sequence[str], Sequence[str]],
+    features: frozenset[str],
+    now: datetime,
+) -> list[dict[str, Any]]:
     worker_features = features - {"offline"} if shape != "offline" else features | {"offline"}
-    worker_rows = []
+    rows = []
     for wid in worker_ids:
         row = draw(
             workers(
                 wid,
                 gentype=draw(_choice(gentypes)),
                 now=now,
-                text_models=text_models,
-                image_models=image_models,
+                text_models=models[0],
+                image_models=models[1],
                 features=worker_features,
             )
         )
@@ -356,17 +371,30 @@ def hordes(
             # Everyone below the floors: the chat speed gate must fall back.
             slow = (2.5, 3.5, 4.5) if row["gentype"] == "text" else (250_000.0, 499_999.0)
             row["speed"] = draw(_choice(slow))
-        worker_rows.append(row)
+        rows.append(row)
+    return rows
+
+
+def _request_rows(
+    draw: st.DrawFn,
+    request_ids: list[str],
+    target_pool: list[str],
+    shape: str,
+    gentypes: tuple[str, ...],
+    models: tuple[Sequence[str], Sequence[str]],
+    features: frozenset[str],
+    now: datetime,
+) -> list[dict[str, Any]]:
     request_features = features | {"models"} if shape == "fallback" else features
-    request_rows = []
+    rows = []
     for rid in request_ids:
         row = draw(
             requests(
                 rid,
                 gentype=draw(_choice(gentypes)),
                 now=now,
-                text_models=text_models,
-                image_models=image_models,
+                text_models=models[0],
+                image_models=models[1],
                 target_ids=target_pool,
                 features=request_features,
             )
@@ -374,7 +402,13 @@ def hordes(
         if shape == "fallback":
             # Requests naming only models nobody serves: every figure falls back.
             row["models"] = ["nobody/serves-this"]
-        request_rows.append(row)
+        rows.append(row)
+    return rows
+
+
+def _ties_and_owners(
+    draw: st.DrawFn, worker_rows: list[dict[str, Any]], request_rows: list[dict[str, Any]], features: frozenset[str]
+) -> None:
     # Ties: copy one request's priority and creation time onto another, so id order decides.
     if len(request_rows) >= 2 and draw(st.booleans()):
         a, b = draw(st.permutations(range(len(request_rows))))[:2]
@@ -387,32 +421,25 @@ def hordes(
         w["maintenance"] = True
         r["user_id"] = w["user_id"]
 
+
+def _jobs_and_exclusions(
+    draw: st.DrawFn,
+    worker_ids: list[str],
+    request_ids: list[str],
+    max_jobs: int,
+    features: frozenset[str],
+    now: datetime,
+) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    # Ids of no row in the snapshot, which every consumer must ignore.
+    all_workers, all_requests = worker_ids + ["ghost-w"], request_ids + ["ghost-r"]
     n_jobs = draw(st.integers(0, max_jobs)) if "jobs" in features else 0
     job_ids = draw(st.lists(st.text("jk", min_size=1, max_size=4), min_size=n_jobs, max_size=n_jobs, unique=True))
     job_rows = [
-        draw(
-            jobs(
-                jid,
-                request_ids=request_ids + ghost_requests,
-                worker_ids=worker_ids + ghost_workers,
-                now=now,
-            )
-        )
-        for jid in job_ids
+        draw(jobs(jid, request_ids=all_requests, worker_ids=all_workers, now=now)) for jid in job_ids
     ]
     excluded: list[list[str]] = []
     if "exclusions" in features:
         excluded = draw(
-            st.lists(
-                st.tuples(_choice(worker_ids + ghost_workers), _choice(request_ids + ghost_requests)).map(list),
-                max_size=4,
-            )
+            st.lists(st.tuples(_choice(all_workers), _choice(all_requests)).map(list), max_size=4)
         )
-    return {
-        "format": "vecsched.snapshot/1",
-        "now": iso(0, now),
-        "workers": worker_rows,
-        "requests": request_rows,
-        "jobs": job_rows,
-        "excluded_pairs": excluded,
-    }
+    return job_rows, excluded

@@ -89,6 +89,8 @@ processing_gens = sa.Table(
     sa.Column("started", sa.DateTime(timezone=True), nullable=True),
     sa.Column("state", sa.String(16), nullable=True),
 )
+# The HTTP status route counts one request's jobs per poll.
+sa.Index("ix_processing_gens_wp_id", processing_gens.c.wp_id)
 
 excluded_pairs = sa.Table(
     "excluded_pairs",

@@ -3,7 +3,10 @@
 Redis layout, for a key prefix ``P`` and a cycle id ``C`` (``time|interval|token``):
 
 - ``P:current``: the id of the current cycle;
-- ``P:c:C:s``: hash, field = request id, value = the request's payload;
+- ``P:c:C:s``: hash of the payloads: field ``#`` holds a bucket count B and field
+  ``str(hash(id) % B)`` the ``"\\nID\\tPAYLOAD"`` entries of its requests
+  (:func:`vecsched.service.store.buckets.bucket_fields`); without ``#``, field =
+  request id and value = the request's payload;
 - ``P:c:C:m``: JSON of the cycle's horde-wide totals and counts;
 - ``P:c:C:p``: the prospective-request state (bytes).
 
@@ -19,6 +22,7 @@ import math
 from typing import Any
 
 from vecsched.service.store.base import Cycle, Reading, _reading
+from vecsched.service.store.buckets import bucket_fields, unbucket
 
 _SWITCH = """
 -- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
@@ -51,7 +55,19 @@ return 1
 _READ_FIELD = """
 local cur = redis.call('GET', KEYS[1])
 if not cur then return false end
-return {cur, redis.call('HGET', ARGV[1] .. ':c:' .. cur .. ':s', ARGV[2])}
+local h = ARGV[1] .. ':c:' .. cur .. ':s'
+local id = ARGV[2]
+local buckets = tonumber(redis.call('HGET', h, '#') or '0') or 0
+if buckets == 0 then return {cur, redis.call('HGET', h, id)} end
+-- many requests per field (vecsched.service.store.buckets.bucket_fields): find this one's
+local x = 0
+for i = 1, #id do x = (x * 31 + string.byte(id, i)) % 1000003 end
+local blob = redis.call('HGET', h, tostring(x % buckets))
+if not blob then return {cur, false} end
+local _, stop = string.find(blob, '\\n' .. id .. '\\t', 1, true)
+if not stop then return {cur, false} end
+local next_entry = string.find(blob, '\\n', stop + 1, true)
+return {cur, string.sub(blob, stop + 1, (next_entry or 0) - 1)}
 """
 
 _READ_KEY = """
@@ -72,6 +88,9 @@ class RedisStore:
         Key prefix; several hordes (or tests) can share one Redis.
     chunk : int, default 5000
         Hash fields per HSET command in the publication pipeline.
+    bucketed : bool, default True
+        Publish many requests per hash field (far less work for Redis); False
+        publishes one field per request. Reads handle both layouts.
 
     Examples
     --------
@@ -84,7 +103,7 @@ class RedisStore:
     >>> store.drop_all()
     """
 
-    def __init__(self, client: Any, prefix: str = "vecsched", chunk: int = 5000):
+    def __init__(self, client: Any, prefix: str = "vecsched", chunk: int = 5000, bucketed: bool = True):
         import redis
 
         if isinstance(client, str):
@@ -92,6 +111,7 @@ class RedisStore:
         self.client = client
         self.prefix = prefix
         self.chunk = chunk
+        self.bucketed = bucketed
         self.current_key = f"{prefix}:current"
         self._switch = client.register_script(_SWITCH)
         self._read_field = client.register_script(_READ_FIELD)
@@ -123,19 +143,20 @@ class RedisStore:
         pending_ttl = int(max(120.0, 20 * cycle.interval))
         grace = int(max(5.0, math.ceil(2 * cycle.interval)))
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
-        pipe = self.client.pipeline(transaction=False)
         ids, payloads = list(cycle.request_ids), list(cycle.payloads)
+        if self.bucketed:
+            # BUCKET_SIZE requests per field: Redis's and redis-py's costs are per field.
+            ids, payloads = bucket_fields(ids, payloads) or (ids, payloads)
+        pipe = self.client.pipeline(transaction=False)
         for start in range(0, len(ids), self.chunk):
-            pipe.hset(
-                status_key, mapping=dict(zip(ids[start : start + self.chunk], payloads[start : start + self.chunk]))
-            )
+            pipe.hset(status_key, mapping=dict(zip(ids[start : start + self.chunk], payloads[start : start + self.chunk])))
             if start == 0:
                 pipe.expire(status_key, pending_ttl)
         pipe.set(meta_key, meta, ex=pending_ttl)
         pipe.set(prosp_key, cycle.prospective, ex=pending_ttl)
         pipe.execute()
         keys = [self.current_key, status_key, meta_key, prosp_key]
-        switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(ids)])
+        switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(cycle.request_ids)])
         return bool(switched)
 
     def read_status(self, request_id: str) -> Reading | None:
@@ -152,6 +173,20 @@ class RedisStore:
         """
         got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
         return _reading(got, lambda v: v.decode() if v is not None else None)
+
+    def payloads(self, cycle_id: str) -> dict[str, str]:
+        """Every request id and payload of cycle ``cycle_id`` (one ``HGETALL``), whatever the layout.
+
+        Parameters
+        ----------
+        cycle_id : str
+
+        Returns
+        -------
+        dict
+            Request id to payload; empty when the cycle has no requests or is gone.
+        """
+        return unbucket(self.client.hgetall(self._keys(cycle_id)[0]))
 
     def read_current(self) -> Reading | None:
         """The current cycle alone (``value`` None): one GET, no payload.

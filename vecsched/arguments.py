@@ -1,0 +1,121 @@
+"""Argument parsing shared by every ``vecsched`` subcommand: one-line errors, defaults in the
+help, and the argument types.
+
+Its own module, below :mod:`vecsched.cli` and the modules that add subcommands
+(:mod:`vecsched.service.commands`, :mod:`vecsched.simulate.commands`), so that
+those need not import the command line that imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+
+class Formatter(argparse.HelpFormatter):
+    """Help that shows each option's default (when it has a meaningful one).
+
+    Examples
+    --------
+    >>> p = Parser(prog="x")
+    >>> _ = p.add_argument("--n", type=int, default=3, help="how many")
+    >>> "how many (default: 3)" in p.format_help()
+    True
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if "%(default)" in text or default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, and whose help shows defaults.
+
+    Subparsers made from it are of the same class (argparse's default).
+
+    Examples
+    --------
+    >>> Parser(prog="x").formatter_class is Formatter
+    True
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", Formatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> Any:
+        """Exit 2 with one line: what is wrong and where the help is (argparse's hook).
+
+        Parameters
+        ----------
+        message : str
+
+        Returns
+        -------
+        typing.NoReturn
+        """
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0.
+
+    Parameters
+    ----------
+    text : str
+        The argument as typed.
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> non_negative_int("3")
+    3
+    >>> non_negative_int("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: -1 is not an integer >= 0
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not an integer >= 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0.
+
+    Parameters
+    ----------
+    text : str
+        The argument as typed.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> positive_float("2.5")
+    2.5
+    >>> positive_float("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 0 is not a number > 0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} is not a number > 0")
+    return value

@@ -1,0 +1,270 @@
+"""The status route over HTTP: a Flask app factory, and the same routes as a blueprint.
+
+Routes (``docs/http.md`` shows an answer of each):
+
+- ``GET /v2/generate/text/status/<id>``, ``GET /v2/generate/status/<id>``,
+  ``GET /v2/generate/check/<id>``: the AI Horde's paths and shapes;
+- ``GET /vecsched/v1/status/<id>``: vecsched's own view, with its extras;
+- ``POST /vecsched/v1/prospective``: eligibility, ``ahead_wait`` and allowance
+  of a request not yet created;
+- ``GET /vecsched/v1/health``: whether the published cycle is fresh.
+
+Inside the horde's own Flask app::
+
+    app.register_blueprint(status_blueprint(StatusService.from_environment()), url_prefix="/api")
+
+Ids are data: they go to the store and the database as bound values, never
+into a key pattern or query text, and are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from flask import Blueprint, Flask, Response, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import PathConverter
+
+from vecsched.service.http.answers import (
+    Answer,
+    error,
+    horde_answer,
+    is_stale,
+    not_found,
+    stale_answer,
+    usable_id,
+)
+from vecsched.service.progress import DatabaseProgress, RequestProgress
+from vecsched.service.store.base import Store
+from vecsched.snapshot.times import iso as _iso
+
+log = logging.getLogger("vecsched.http")
+
+_READ_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class StatusService:
+    """What the routes read: the publication store and the horde database's live progress.
+
+    Parameters
+    ----------
+    store : Store
+        Where the job publishes cycles.
+    progress : DatabaseProgress or None
+        Live progress and kudos; None serves the cycle's progress alone (and
+        ``kudos`` 0).
+    max_age : float or None
+        Seconds after which figures are stale; default three refresh intervals.
+    clock : callable
+        Epoch seconds now.
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> service = StatusService(store=SQLStore("sqlite://"))
+    >>> service.horde("text_status", "r1").status
+    503
+    """
+
+    store: Store
+    progress: DatabaseProgress | None = None
+    max_age: float | None = None
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def from_environment(
+        cls, *, database_url: str | None = None, redis_url: str | None = None, prefix: str | None = None,
+        max_age: float | None = None,
+    ) -> "StatusService":
+        """The job's own configuration (``VECSCHED_DATABASE_URL``, ``REDIS_URL``, ``VECSCHED_REDIS_PREFIX``).
+
+        Returns
+        -------
+        StatusService
+        """
+        from vecsched.service.config import default_database_url, open_store
+
+        url = database_url or default_database_url()
+        store = open_store(redis_url=redis_url, database_url=url, prefix=prefix)
+        return cls(store=store, progress=DatabaseProgress(url), max_age=max_age)
+
+    def _row(self, request_id: str) -> RequestProgress | None:
+        return None if self.progress is None else self.progress.read(request_id)
+
+    def horde(self, shape: str, request_id: str) -> Answer:
+        """The answer of a horde path (``shape``: a key of :data:`answers.SHAPES`).
+
+        Returns
+        -------
+        Answer
+        """
+        if not usable_id(request_id):
+            return not_found()
+        for _ in range(_READ_ATTEMPTS):
+            reading = self.store.read_status(request_id)
+            if is_stale(reading, self.clock(), self.max_age):
+                return stale_answer(reading)
+            answer = horde_answer(
+                shape=shape, reading=reading, row=self._row(request_id), read_totals=self.store.read_meta
+            )
+            if answer.status != 409:
+                return answer
+        # Cycles switched under every attempt: the job publishes faster than we read.
+        return error(503, "EstimatesStale", "The estimates are being republished; retry.", {"Retry-After": "1"})
+
+    def own(self, request_id: str) -> Answer:
+        """vecsched's view: :func:`vecsched.status` with the database's live progress and ``kudos``.
+
+        Returns
+        -------
+        Answer
+        """
+        from vecsched.service.read import status
+
+        if not usable_id(request_id):
+            return not_found()
+        row = self._row(request_id)
+        progress = None
+        if row is not None:
+            progress = {
+                "waiting": row.waiting, "processing": row.processing, "finished": row.finished,
+                "restarted": row.restarted, "faulted": row.faulted, "done": row.done,
+            }
+        body = status(request_id, store=self.store, progress=progress, max_age=self.max_age, now=self.clock())
+        if body.get("unknown") and row is None:
+            return not_found()
+        if row is not None:
+            body["kudos"] = float(row.kudos)
+            body["gentype"] = row.gentype
+        return Answer(200, body)
+
+    def prospective(self, payload: Any) -> Answer:
+        """The allowance answer of :func:`vecsched.prospective` for a JSON object.
+
+        Returns
+        -------
+        Answer
+        """
+        from vecsched.service.read import prospective
+
+        if not isinstance(payload, dict):
+            return error(400, "BadRequest", "The body must be a JSON object of snapshot request keys.")
+        try:
+            body = prospective(payload, store=self.store, max_age=self.max_age, now=self.clock())
+        except (KeyError, TypeError, ValueError) as exc:
+            return error(400, "BadRequest", f"Bad prospective request: {type(exc).__name__}.")
+        return Answer(200, body)
+
+    def health(self) -> Answer:
+        """200 when the published cycle is fresh, else 503 (for load balancers and alerts).
+
+        Returns
+        -------
+        Answer
+        """
+        now = self.clock()
+        reading = self.store.read_current()
+        if reading is None:
+            return Answer(503, {"fresh": False, "cycle_time": None, "age": None}, {"Retry-After": "5"})
+        fresh = not is_stale(reading, now, self.max_age)
+        body = {"fresh": fresh, "cycle_time": _iso(reading.time), "age": round(now - reading.time, 3),
+                "interval": reading.interval}
+        if fresh:
+            return Answer(200, body)
+        return Answer(503, body, {"Retry-After": str(max(1, round(reading.interval)))})
+
+
+class _IdConverter(PathConverter):
+    """Any non-empty id, newlines and slashes included: ids are data, the route decides."""
+
+    regex = "(?s:.+)"
+
+
+def _respond(answer: Answer) -> Response:
+    return Response(json.dumps(answer.body), status=answer.status, headers=answer.headers,
+                    mimetype="application/json")
+
+
+def status_blueprint(service: StatusService, *, name: str = "vecsched") -> Blueprint:
+    """The routes over ``service``, to register in any Flask app.
+
+    Parameters
+    ----------
+    service : StatusService
+    name : str
+        The blueprint's name (unique per app).
+
+    Returns
+    -------
+    Blueprint
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> app = Flask("horde")
+    >>> app.register_blueprint(status_blueprint(StatusService(store=SQLStore("sqlite://"))), url_prefix="/api")
+    >>> app.test_client().get("/api/vecsched/v1/health").status_code
+    503
+    """
+    bp = Blueprint(name, __name__)
+    # Recorded first, so the app knows the converter before the rules below.
+    bp.record_once(lambda state: state.app.url_map.converters.setdefault("request_id", _IdConverter))
+
+    def horde_route(shape: str) -> Callable[[str], Response]:
+        def view(request_id: str) -> Response:
+            return _respond(service.horde(shape, request_id))
+
+        view.__name__ = shape
+        return view
+
+    bp.add_url_rule("/v2/generate/text/status/<request_id:request_id>", view_func=horde_route("text_status"))
+    bp.add_url_rule("/v2/generate/status/<request_id:request_id>", view_func=horde_route("image_status"))
+    bp.add_url_rule("/v2/generate/check/<request_id:request_id>", view_func=horde_route("image_check"))
+    bp.add_url_rule("/vecsched/v1/status/<request_id:request_id>", "own_status",
+                    lambda request_id: _respond(service.own(request_id)))
+    bp.add_url_rule("/vecsched/v1/prospective", "prospective",
+                    lambda: _respond(service.prospective(request.get_json(silent=True))), methods=["POST"])
+    bp.add_url_rule("/vecsched/v1/health", "health", lambda: _respond(service.health()))
+    bp.register_error_handler(Exception, _on_error)
+    return bp
+
+
+def _on_error(exc: Exception) -> Response:
+    """Errors as the horde's JSON body; the path (which holds the id) is never logged."""
+    if isinstance(exc, HTTPException):
+        code = exc.code or 500
+        return _respond(error(code, "NotFound" if code == 404 else "BadRequest", exc.name))
+    log.error("status route failed: %s", type(exc).__name__)
+    return _respond(error(500, "InternalServerError", "The status service failed; try again."))
+
+
+def create_app(service: StatusService | None = None) -> Flask:
+    """A Flask app serving :func:`status_blueprint` at the root.
+
+    Parameters
+    ----------
+    service : StatusService, optional
+        Default: :meth:`StatusService.from_environment`.
+
+    Returns
+    -------
+    Flask
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> client = create_app(StatusService(store=SQLStore("sqlite://"))).test_client()
+    >>> client.get("/v2/generate/check/r1").get_json()["rc"]
+    'EstimatesStale'
+    >>> client.get("/nowhere").status_code
+    404
+    """
+    app = Flask("vecsched")
+    app.register_blueprint(status_blueprint(service or StatusService.from_environment()))
+    app.register_error_handler(HTTPException, _on_error)
+    return app
