@@ -448,3 +448,18 @@ def forecast_inputs(
         queues=tuple(queues),
         wanted=None if skip is None else ~pd.Index(rq.ids).isin(pd.Index(list(skip))),
     )
+
+
+def baseline_forecasts(estimates: Any) -> dict[str, Any]:
+    """The published figures scored as forecasts, beside the estimators (no p90, no stall prediction).
+
+    ``adr-wait``: start = ``ahead_wait``, completion = ``wait_time``;
+    ``horde-wide``: both = ``horde_wait_time`` (the one figure the horde gives).
+    """
+    c = estimates.columns
+    none = np.full(len(estimates), np.nan)
+    never = np.zeros(len(estimates), dtype=bool)
+    return {
+        "adr-wait": Forecast(c["ahead_wait"], none, c["wait_time"], none, never),
+        "horde-wide": Forecast(c["horde_wait_time"], none, c["horde_wait_time"], none, never),
+    }

@@ -259,7 +259,7 @@ def _run(args: argparse.Namespace) -> int:
     from functools import partial
 
     from vecsched.core.estimate import estimate
-    from vecsched.service.job import SQLLoader, forecast_tracker, how_to_read, run_cycle, run_service
+    from vecsched.service.job import SQLLoader, how_to_read, run_cycle, run_service
 
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.log_level != "DEBUG":
@@ -277,8 +277,7 @@ def _run(args: argparse.Namespace) -> int:
     store = _store(args)
     figures = partial(estimate, eligible_image_wait=args.eligible_image_wait)
     if args.once:
-        report = run_cycle(loader, store, time.time, interval=args.interval, estimate=figures,
-                           forecasts=forecast_tracker(store))
+        report = run_cycle(loader, store, time.time, interval=args.interval, estimate=figures)
         if report.ok:
             logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
         return 0 if report.ok else 1

@@ -40,7 +40,7 @@ def add_commands(sub: Any) -> None:
 def _promotion(args: argparse.Namespace) -> int:
     from vecsched.service.config import open_store
     from vecsched.service.forecast_job import recorder_for
-    from vecsched.service.promotion import format_table, read_promotion
+    from vecsched.core.promotion import format_table, read_promotion
 
     try:
         recorder = recorder_for(open_store(redis_url=args.redis, database_url=args.db, prefix=args.prefix))

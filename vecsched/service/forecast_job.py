@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vecsched.service.forecasts_store import GRACE_SECONDS, ForecastRecorder
+from vecsched.core.forecasts import baseline_forecasts
+from vecsched.core.pairing import GRACE_SECONDS, ForecastRecorder
+from vecsched.service.forecast_metrics import observe_pairs
 from vecsched.snapshot.schema import GENTYPES, JOB_FINISHED, JOB_PROCESSING
 
 log = logging.getLogger("vecsched.forecasts")
@@ -44,10 +46,10 @@ def recorder_for(store: Any) -> ForecastRecorder:
     if hasattr(store, "client") and hasattr(store, "prefix"):
         from vecsched.service.forecasts_store import RedisPairs
 
-        return ForecastRecorder(RedisPairs(store.client, prefix=store.prefix))
+        return ForecastRecorder(RedisPairs(store.client, prefix=store.prefix), observe=observe_pairs)
     from vecsched.service.forecasts_sql import SQLPairs
 
-    return ForecastRecorder(SQLPairs(store.engine))
+    return ForecastRecorder(SQLPairs(store.engine), observe=observe_pairs)
 
 
 class ForecastTracker:
@@ -97,7 +99,7 @@ class ForecastTracker:
         recorded = self._record_new(snapshot, estimates, now)
         outcomes = self._derive_outcomes(snapshot, now)
         if now - self.last_verdict >= self.verdict_every:
-            from vecsched.service.promotion import store_verdict
+            from vecsched.core.promotion import store_verdict
 
             self.recorder.backend.trim(now - self.recorder.window, now=now)
             store_verdict(self.recorder.backend, now=now, window=self.recorder.window)
@@ -147,23 +149,6 @@ class ForecastTracker:
         self.tracked = pd.DataFrame({"expiry": expiry[~finished], "started": started[~finished]},
                                     index=t.index[~finished])
         return len(events)
-
-
-def baseline_forecasts(estimates: Any) -> dict[str, Any]:
-    """The published figures scored as forecasts, beside the estimators (no p90, no stall prediction).
-
-    ``adr-wait``: start = ``ahead_wait``, completion = ``wait_time``;
-    ``horde-wide``: both = ``horde_wait_time`` (the one figure the horde gives).
-    """
-    from vecsched.core.forecasts import Forecast
-
-    c = estimates.columns
-    none = np.full(len(estimates), np.nan)
-    never = np.zeros(len(estimates), dtype=bool)
-    return {
-        "adr-wait": Forecast(c["ahead_wait"], none, c["wait_time"], none, never),
-        "horde-wide": Forecast(c["horde_wait_time"], none, c["horde_wait_time"], none, never),
-    }
 
 
 def _rows(ids: pd.Index, field: str, at: np.ndarray, expiry: np.ndarray) -> list[tuple[str, str, float, float]]:

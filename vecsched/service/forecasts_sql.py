@@ -87,9 +87,11 @@ class SQLPairs:
         with self.engine.begin() as conn:
             if rows:
                 conn.execute(_insert_ignore(self.engine, f), rows)
-            for w in writes:  # extend, never shorten, each record's life
-                conn.execute(sa.update(f).where(f.c.request_id == w.request_id, f.c.expires_at < w.expire_at)
-                             .values(expires_at=w.expire_at))
+            # Extend, never shorten, each record's life (one statement, many parameter sets).
+            conn.execute(
+                sa.update(f).where(f.c.request_id == sa.bindparam("rid"), f.c.expires_at < sa.bindparam("until"))
+                .values(expires_at=sa.bindparam("until")),
+                [{"rid": w.request_id, "until": w.expire_at} for w in writes])
             got: dict[str, dict[str, str]] = {rid: {} for rid in ids}
             for start in range(0, len(ids), 500):
                 chunk = ids[start : start + 500]
@@ -99,17 +101,30 @@ class SQLPairs:
         return [dict(got[w.request_id]) for w in writes]
 
     def claim(self, claims: Sequence[tuple[str, str]]) -> list[bool]:
+        # Bulk: a claim is won when its row was absent before this call. Two processes racing on
+        # the same claim may both think they won, but the pairs table's primary key then keeps
+        # one pair: each pair still counts once.
         self._ensure()
-        stmt = _insert_ignore(self.engine, fields_table)
-        out = []
+        f = fields_table
+        ids = sorted({rid for rid, _ in claims})
+        present: set[tuple[str, str]] = set()
+        expires: dict[str, float] = {}
         with self.engine.begin() as conn:
-            expires = {rid: at for rid, at in conn.execute(
-                sa.select(fields_table.c.request_id, sa.func.max(fields_table.c.expires_at))
-                .where(fields_table.c.request_id.in_(sorted({rid for rid, _ in claims})))
-                .group_by(fields_table.c.request_id))}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                for rid, field, at in conn.execute(
+                        sa.select(f.c.request_id, f.c.field, f.c.expires_at).where(f.c.request_id.in_(chunk))):
+                    present.add((rid, field))
+                    expires[rid] = max(expires.get(rid, 0.0), at)
+            out, rows = [], []
             for rid, field in claims:
-                row = {"request_id": rid, "field": field, "value": "1", "expires_at": expires.get(rid, 0.0)}
-                out.append(conn.execute(stmt, row).rowcount == 1)
+                won = (rid, field) not in present
+                present.add((rid, field))
+                out.append(won)
+                if won:
+                    rows.append({"request_id": rid, "field": field, "value": "1", "expires_at": expires.get(rid, 0.0)})
+            if rows:
+                conn.execute(_insert_ignore(self.engine, f), rows)
         return out
 
     def add_pairs(self, pairs: Sequence[Pair]) -> None:

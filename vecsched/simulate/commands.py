@@ -34,7 +34,7 @@ def add_commands(subparsers: Any) -> None:
 def _simulate(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from vecsched.service.promotion import format_table
+    from vecsched.core.promotion import format_table
     from vecsched.simulate import SCENARIOS, table_markdown
     from vecsched.simulate.production import run_seeds
 

@@ -11,7 +11,7 @@ document, pooled over seeds.
 
 Scored side by side: every registered estimator (``compatible-queue-v1``,
 ``eligible-share-v1``) and the published figures ``adr-wait`` and
-``horde-wide`` (:func:`vecsched.service.forecast_job.baseline_forecasts`).
+``horde-wide`` (:func:`vecsched.core.forecasts.baseline_forecasts`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vecsched.service.forecast_job import baseline_forecasts
-from vecsched.service.forecasts_store import ForecastRecorder, MemoryPairs, Pair
-from vecsched.service.promotion import promotion_document
+from vecsched.core.forecasts import baseline_forecasts
+from vecsched.core.pairing import ForecastRecorder, MemoryPairs, Pair
+from vecsched.core.promotion import promotion_document
 from vecsched.snapshot.schema import GENTYPES
 
 

@@ -29,14 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 from vecsched.snapshot.schema import IMAGE, TEXT
 
-if TYPE_CHECKING:  # pragma: no cover
-    from vecsched.simulate.engine import SimRequest, Simulation, SimWorker
-    from vecsched.simulate.scenarios import Population
 
 
 @dataclass(frozen=True)
@@ -80,7 +77,7 @@ def _model_factor(models: tuple[str, ...]) -> float:
     return 0.7 + 1.1 * digest[0] / 255.0
 
 
-def job_time(realism: Realism, rng: Any, w: "SimWorker", r: "SimRequest", speed: float) -> tuple[float, float]:
+def job_time(realism: Realism, rng: Any, w: Any, r: Any, speed: float) -> tuple[float, float]:
     """Seconds one job takes on ``w`` at per-job ``speed``, and the speed the horde then records."""
     if r.gentype == TEXT:
         tokens = float(r.max_length)
@@ -97,7 +94,7 @@ def job_time(realism: Realism, rng: Any, w: "SimWorker", r: "SimRequest", speed:
     return seconds, r.output / seconds
 
 
-def _served_model(sim: "Simulation", gentype: int) -> str | None:
+def _served_model(sim: Any, gentype: int) -> str | None:
     """A model drawn by the online threads serving it (None when nothing is served)."""
     weights: dict[str, float] = {}
     for w in sim.workers.values():
@@ -110,7 +107,7 @@ def _served_model(sim: "Simulation", gentype: int) -> str | None:
     return sim.rng.choices(names, [weights[m] for m in names])[0]
 
 
-def arrivals(pop: "Population", realism: Realism, gentype: int, rate: float, until: float) -> None:
+def arrivals(pop: Any, realism: Realism, gentype: int, rate: float, until: float) -> None:
     """Bursty, daily-cycle arrivals at a mean of ``rate`` per second, models following what is served."""
     if rate <= 0:
         return
@@ -133,10 +130,11 @@ def arrivals(pop: "Population", realism: Realism, gentype: int, rate: float, unt
         if sim.now >= until:
             return
         r = pop.request(gentype)
-        if len(r.models) == 1 and not r.painting and sim.rng.random() < realism.served_share:
+        painting = gentype == IMAGE and r.source_processing in (2, 3)  # keeps its inpainting model
+        if len(r.models) == 1 and not painting and sim.rng.random() < realism.served_share:
             model = _served_model(sim, gentype)
             if model is not None:
-                r.models, r.model_set = (model,), frozenset((model,))
+                r = replace(r, models=(model,))  # derived fields (model set, gate row) follow
         sim.add_request(r)
         if sim.rng.random() < realism.impatient_share:
             patience = sim.rng.weibullvariate(realism.patience_scale, realism.patience_shape)
@@ -147,13 +145,13 @@ def arrivals(pop: "Population", realism: Realism, gentype: int, rate: float, unt
     sim.at(sim.now + sim.rng.expovariate(current_rate()), fire)
 
 
-def _give_up(sim: "Simulation", r: "SimRequest") -> None:
+def _give_up(sim: Any, r: Any) -> None:
     # Someone watching progress does not cancel; someone still waiting does.
     if r.started_at is None:
         sim.cancel(r.id)
 
 
-def churn(pop: "Population", realism: Realism, until: float) -> None:
+def churn(pop: Any, realism: Realism, until: float) -> None:
     """Workers leave and join in waves; models change one worker at a time."""
     sim, sc = pop.sim, pop.scenario
     gentypes = [g for g, n in ((TEXT, sc.text_workers), (IMAGE, sc.image_workers)) if n]
@@ -196,7 +194,7 @@ def churn(pop: "Population", realism: Realism, until: float) -> None:
             sim.rng.choice(ws).id, tuple(pop.popular(g, 1 if g == TEXT else 2))))
 
 
-def apply(sim: "Simulation", pop: "Population", realism: Realism) -> None:
+def apply(sim: Any, pop: Any, realism: Realism) -> None:
     """Switch a built simulation to realistic priorities, job times and polling."""
     for u in pop.users:
         pop.user_priority[u] = kudos(sim.rng, realism)
