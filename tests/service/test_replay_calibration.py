@@ -6,7 +6,7 @@ from vecsched.core import replay as RP
 
 
 def test_the_job_hands_the_replay_its_own_recent_pairs() -> None:
-    from vecsched.service.forecasts_store import MemoryPairs, Pair
+    from vecsched.core.pairing import MemoryPairs, Pair
     from vecsched.service.replay_calibration import ReplayCalibration
 
     class Failing:

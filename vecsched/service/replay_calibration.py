@@ -23,7 +23,7 @@ class ReplayCalibration:
 
     Examples
     --------
-    >>> from vecsched.service.forecasts_store import MemoryPairs, Pair
+    >>> from vecsched.core.pairing import MemoryPairs, Pair
     >>> store = MemoryPairs()
     >>> store.add_pairs([Pair(NAME, "text", "start", "r1", 100.0, 10.0, 70.0, 15.0, False)])
     >>> ReplayCalibration(store, window=3600.0).get(now=200.0)[NAME]["pairs"]["observed"].tolist()

@@ -55,7 +55,7 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
 def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
     """Run ``name`` once per seed; the promotion document with the calibrated replay added."""
     from vecsched.core.forecasts import ESTIMATORS
-    from vecsched.service.promotion import promotion_document
+    from vecsched.core.promotion import promotion_document
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import FirstSightings, seeded
 
@@ -72,7 +72,7 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    from vecsched.service.promotion import format_table
+    from vecsched.core.promotion import format_table
 
     parser = argparse.ArgumentParser(prog="python -m vecsched.simulate.replay_scoring")
     parser.add_argument("scenario")
