@@ -42,7 +42,10 @@ def test_cli_writes_promotion_json_pooled_over_seeds(tmp_path, capsys) -> None:
                  "--tail", "120", "-o", str(out)]) == 0
     doc = json.loads((out / "promotion.json").read_text())
     assert doc["format"] == "vecsched.promotion/1" and doc["seeds"] == [1, 2]
-    assert set(doc["estimators"]) == {"adr-wait", "horde-wide", "compatible-queue-v1", "eligible-share-v1"}
+    from vecsched.core.forecasts import ESTIMATORS
+
+    assert set(doc["estimators"]) == {"adr-wait", "horde-wide", *ESTIMATORS}
+    assert {"compatible-queue-v1", "eligible-share-v1"} <= set(ESTIMATORS)
     entry = doc["estimators"]["eligible-share-v1"]
     assert entry["approved"] is False and entry["text"]["start"]["enough_pairs"] is False
     assert "promotion, one forecast per request" in capsys.readouterr().out

@@ -84,8 +84,13 @@ class ForecastTracker:
         if not takes_skip:
             return base
 
+        from vecsched.service.replay_calibration import ReplayCalibration
+
+        calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
+
         def skipping(snapshot: Any) -> Any:
-            return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object))
+            return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object),
+                        calibration=calibration.get(now=float(snapshot.now)))
 
         return skipping
 
