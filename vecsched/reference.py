@@ -705,6 +705,47 @@ def _precedes(dispatch: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
     return dispatch["request_created"] < request["created"]
 
 
+def _arriving_work(p: Prepared, i: Mapping[str, Any], eligible: list[Any], preceding: list[Any],
+                   half: Any) -> list[float]:
+    """Arriving work per half: takeable arrivals ahead of i, plus preceding pops of later requests."""
+    arriving = [0.0, 0.0]
+    for j in p.waiting:
+        h = half(j["created"])
+        if (
+            j["gentype"] == i["gentype"]
+            and h is not None
+            and queue_key(j) < queue_key(i)
+            and any(could_take(w, j) for w in eligible)
+        ):
+            arriving[h] += int(j["n"]) * job_work(j)
+    for d in preceding:
+        h = half(d["request_created"])
+        if d["request_created"] > i["created"] and h is not None:
+            arriving[h] += d["assigned_work"]
+    return arriving
+
+
+def _first_evidence(*, threads: int, window: float, incomplete: bool, returns_per_half: list[int],
+                    relevant: int, preceding: int, active_preceding: int, arriving: list[float],
+                    returned_work: list[float]) -> str:
+    """The first of section 7's evidence values that applies, in the SPEC's order."""
+    if threads == 0:
+        return "none_eligible"
+    if window < STALL_MIN_WINDOW_SECONDS:
+        return "insufficient_window"
+    if incomplete:
+        return "incomplete_return_history"
+    if min(returns_per_half) < threads:
+        return "insufficient_replacement"
+    if not relevant or preceding < relevant:
+        return "target_opportunity_seen"
+    if active_preceding < threads:
+        return "compatible_capacity_returning"
+    if any(arriving[h] <= returned_work[h] for h in (0, 1)):
+        return "preceding_arrivals_not_outpacing_drain"
+    return "arrival_outpaces_drain"
+
+
 def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) -> dict[str, Any]:
     """might_stall, its evidence and the pressure figures of one waiting request (SPEC section 7).
 
@@ -775,20 +816,7 @@ def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) 
         returns_per_half[h] += 1
         returned_work[h] += dispatch_by_id[c["dispatch_id"]]["assigned_work"]
 
-    arriving = [0.0, 0.0]
-    for j in p.waiting:
-        h = half(j["created"])
-        if (
-            j["gentype"] == i["gentype"]
-            and h is not None
-            and queue_key(j) < queue_key(i)
-            and any(could_take(w, j) for w in eligible)
-        ):
-            arriving[h] += int(j["n"]) * job_work(j)
-    for d in preceding:
-        h = half(d["request_created"])
-        if d["request_created"] > i["created"] and h is not None:
-            arriving[h] += d["assigned_work"]
+    arriving = _arriving_work(p, i, eligible, preceding, half)
 
     figures.update(
         dispatch_opportunities=len(relevant),
@@ -798,22 +826,11 @@ def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) 
         arriving_work=arriving[0] + arriving[1],
         returned_work=returned_work[0] + returned_work[1],
     )
-    if threads == 0:
-        evidence = "none_eligible"
-    elif p.now - start < STALL_MIN_WINDOW_SECONDS:
-        evidence = "insufficient_window"
-    elif incomplete:
-        evidence = "incomplete_return_history"
-    elif min(returns_per_half) < threads:
-        evidence = "insufficient_replacement"
-    elif not relevant or len(preceding) < len(relevant):
-        evidence = "target_opportunity_seen"
-    elif len(active_preceding) < threads:
-        evidence = "compatible_capacity_returning"
-    elif any(arriving[h] <= returned_work[h] for h in (0, 1)):
-        evidence = "preceding_arrivals_not_outpacing_drain"
-    else:
-        evidence = "arrival_outpaces_drain"
+    evidence = _first_evidence(
+        threads=threads, window=p.now - start, incomplete=incomplete, returns_per_half=returns_per_half,
+        relevant=len(relevant), preceding=len(preceding), active_preceding=len(active_preceding),
+        arriving=arriving, returned_work=returned_work,
+    )
     figures["stall_evidence"] = evidence
     figures["might_stall"] = evidence == "arrival_outpaces_drain"
     # The halves, for tests that need to tell a tie from a strict comparison.
