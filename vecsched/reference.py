@@ -689,7 +689,8 @@ def job_work(request: Mapping[str, Any]) -> float:
     return job_output(request) / 1e6
 
 
-def _event_rows(snapshot: Any, table: str) -> list[dict[str, Any]]:
+def event_rows(snapshot: Any, table: str) -> list[dict[str, Any]]:
+    """The rows of an event table (``dispatches``, ``capacity_returns``) as plain dicts."""
     columns = getattr(snapshot, table).columns
     names = [n for n in columns if n != "id"]
     values = [columns[n].tolist() for n in names]
@@ -789,8 +790,8 @@ def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) 
             return 1
         return None
 
-    dispatches = _event_rows(snapshot, "dispatches")
-    returns = _event_rows(snapshot, "capacity_returns")
+    dispatches = event_rows(snapshot, "dispatches")
+    returns = event_rows(snapshot, "capacity_returns")
     dispatch_by_id = {d["dispatch_id"]: d for d in dispatches}
     returned_ids = {c["dispatch_id"] for c in returns}
 

@@ -186,7 +186,7 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
     index = {w["id"]: k for k, w in enumerate(workers)}
     speed = [R.effective_speed(w) for w in workers]
     favoured: dict[str, tuple[float, list[str]]] = {}
-    for d in snapshot.dispatches:
+    for d in R.event_rows(snapshot, "dispatches"):
         if d["worker_id"] not in favoured or d["dispatched_at"] >= favoured[d["worker_id"]][0]:
             favoured[d["worker_id"]] = (d["dispatched_at"], list(d.get("priority_user_ids") or []))
     heap = []

@@ -115,14 +115,16 @@ def _threads(snapshot: Any, worker_rows: np.ndarray, speed: np.ndarray, threads:
 
 def _priority_users(snapshot: Any, worker_ids: np.ndarray) -> list[tuple[str, ...]]:
     """Each worker's priority users, from its latest dispatch in the snapshot (none when it has none)."""
-    latest: dict[str, tuple[float, tuple[str, ...]]] = {}
-    for d in snapshot.dispatches:  # a bounded window of events, a few per worker
-        users = tuple(d.get("priority_user_ids") or ())
-        at = str(d.get("dispatched_at", ""))
-        wid = str(d.get("worker_id"))
-        if wid not in latest or at >= str(latest[wid][0]):
-            latest[wid] = (at, users)  # type: ignore[assignment]
-    return [latest.get(str(wid), ("", ()))[1] for wid in worker_ids]
+    d = snapshot.dispatches
+    if not len(d):
+        return [() for _ in worker_ids]
+    # Latest dispatch per worker: the last row of each worker after sorting by time.
+    order = np.lexsort((d.dispatched_at, d.worker_id.astype(str)))
+    workers = d.worker_id[order].astype(object)
+    last = order[np.r_[workers[1:] != workers[:-1], True]]
+    users = d.priority_user_ids.take(last).tolist()
+    latest = dict(zip(d.worker_id[last].astype(object).tolist(), (tuple(u) for u in users)))
+    return [latest.get(wid, ()) for wid in worker_ids.astype(object).tolist()]
 
 
 @dataclass(frozen=True)
@@ -171,19 +173,18 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     serves it.
     """
     window = settings.arrival_window
-    if gentype not in settings.served_arrivals or window <= 0 or not snapshot.dispatches:
+    d = snapshot.dispatches
+    if gentype not in settings.served_arrivals or window <= 0 or not len(d):
         return _no_served(), np.zeros(0, dtype=np.int64)
-    d = pd.DataFrame(list(snapshot.dispatches))
-    epoch = pd.Timestamp(0, tz="UTC")
-    created = (pd.to_datetime(d["request_created"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
-    at = (pd.to_datetime(d["dispatched_at"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
-    worker = pd.Index(worker_ids).get_indexer(d["worker_id"].astype(object))
+    created = d.request_created.astype(np.float64) - snapshot.now
+    at = d.dispatched_at.astype(np.float64) - snapshot.now
+    worker = pd.Index(worker_ids).get_indexer(d.worker_id.astype(object))
     keep = ((worker >= 0) & (created >= -window) & (at <= 0)
-            & ~pd.Index(d["request_id"].astype(object)).isin(pd.Index(waiting_ids)))
+            & ~pd.Index(d.request_id.astype(object)).isin(pd.Index(waiting_ids)))
     created, at, worker = created[keep], at[keep], worker[keep]
     # What the request's priority would be now, had it waited: aging continued since its pop.
-    priority = d["request_extra_priority"].to_numpy(dtype=np.float64)[keep] - settings.aging_per_second * at
-    work = d["assigned_work"].to_numpy(dtype=np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
+    priority = d.request_extra_priority.astype(np.float64)[keep] - settings.aging_per_second * at
+    work = d.assigned_work.astype(np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
     copies = np.floor((horizon - created) / window).astype(np.int64).clip(min=0)
     k = np.arange(copies.sum()) - np.repeat(np.cumsum(copies) - copies, copies) + 1
     take = np.repeat(np.arange(len(created)), copies)
