@@ -15,11 +15,18 @@ import vecsched
 from vecsched import reference as R
 from vecsched.core import forecasts as F
 from vecsched.core import replay as RP
-
-RP.enable()  # the replay is opt-in; these tests are about it
 from vecsched.core.calibration import calibrated_p90, conformal_quantile
 from vecsched.snapshot.schema import IMAGE, TEXT
 from vecsched.testing.strategies import hordes
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _replay_registered():
+    """The replay is opt-in: registered for this module's tests only."""
+    RP.enable()
+    yield
+    RP.disable()
+
 
 NOW = "2026-11-29T12:00:00Z"
 PLAIN = RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vecsched.core import replay as RP
 
-RP.enable()
+
+@pytest.fixture(autouse=True, scope="module")
+def _replay_registered():
+    """The replay is opt-in: registered for this module's tests only."""
+    RP.enable()
+    yield
+    RP.disable()
 
 
 def test_the_job_hands_the_replay_its_own_recent_pairs() -> None:

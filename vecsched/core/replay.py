@@ -343,6 +343,7 @@ class DispatchReplayV1:
     >>> f = est.forecasts["dispatch-replay-v1"]
     >>> bool((f.start_p90[~f.predicted_stall] >= f.start_p50[~f.predicted_stall]).all())
     True
+    >>> disable()
     """
 
     name: str = NAME
@@ -384,5 +385,21 @@ def enable() -> None:
     >>> enable()
     >>> NAME in ESTIMATORS
     True
+    >>> disable()
     """
     register(DispatchReplayV1)
+
+
+def disable() -> None:
+    """Take ``dispatch-replay-v1`` out of the registry again (see :func:`enable`).
+
+    Examples
+    --------
+    >>> from vecsched.core.forecasts import ESTIMATORS
+    >>> enable(); disable()
+    >>> NAME in ESTIMATORS
+    False
+    """
+    from vecsched.core.forecasts import ESTIMATORS
+
+    ESTIMATORS.pop(NAME, None)
