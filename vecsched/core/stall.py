@@ -23,6 +23,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
+from vecsched.core.stall_prefix import prefix_arrivals
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -204,6 +205,8 @@ def stall(
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
+        if takeable is not None:
+            halves[:2] += _shared_window(context, takeable, row_of, looked)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
         threads == 0,
@@ -219,6 +222,26 @@ def stall(
     out["returned_work"] = halves[2] + halves[3]
     out["stall_evidence"] = evidence
     out["might_stall"] = evidence == STALLING
+    return out
+
+
+def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
+    """Arriving work from waiting requests, per half, of the requests whose window is the full 300 s."""
+    n = len(context.rq.ids)
+    out = np.zeros((2, n))
+    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    k, arrived = looked[shared], context.arrived
+    if len(k) == 0 or len(arrived) == 0:
+        return out
+    out[:, k] = prefix_arrivals(
+        takeable=takeable,
+        request_row=row_of[shared],
+        request_position=context.position[k],
+        arrival_position=context.position[arrived],
+        arrival_signature=context.signature[arrived],
+        arrival_work=context.arrived_work,
+        second_half=context.rq.created[arrived] >= context.middle[k[0]],
+    )
     return out
 
 
@@ -284,7 +307,12 @@ class _Context:
         self._returns(member, offsets, reqs)
         self._dispatches(member, offsets, reqs)
         if takeable is not None:
-            self._arrivals(takeable, offsets, reqs)
+            # Requests sharing the full window get theirs from prefix sums (see _shared_window).
+            recent = self.start[reqs] > self.now - WINDOW_SECONDS
+            per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
+                                  minlength=len(offsets) - 1)
+            if recent.any():
+                self._arrivals(takeable[per_row > 0], np.r_[0, np.cumsum(per_row[per_row > 0])], reqs[recent])
 
     @staticmethod
     def _add(target: np.ndarray, k: np.ndarray, weights: np.ndarray | None = None) -> None:

@@ -1,0 +1,82 @@
+"""Section 7's arriving work of the requests that share the full window, by prefix sums.
+
+A request created at or before now - 300 s has the window [now - 300 s, now]
+and the same midpoint as every other such request, and every request created
+in that window is inside it. Its arriving work from waiting requests is then
+the work of the arrivals ahead of it in queue order whose signature its row
+can take, split by one fixed midpoint: per signature, a cumulative sum over
+the arrivals sorted by queue position, read at the request's position and
+summed over the signatures its row takes. Cost follows requests x signatures
+plus arrivals, never requests x arrivals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CELLS_PER_CHUNK = 1 << 21
+
+
+def prefix_arrivals(
+    *,
+    takeable: np.ndarray,
+    request_row: np.ndarray,
+    request_position: np.ndarray,
+    arrival_position: np.ndarray,
+    arrival_signature: np.ndarray,
+    arrival_work: np.ndarray,
+    second_half: np.ndarray,
+) -> np.ndarray:
+    """Arriving work per half, ``(2, len(request_row))``, of requests sharing one window.
+
+    ``takeable[r, s]``: row ``r`` can take signature ``s``; each request has
+    its row and its queue position; each arrival (a request created in the
+    window) its position, signature, work, and whether it falls in the second
+    half. An arrival counts for a request when its position is lower and the
+    request's row takes its signature.
+
+    Examples
+    --------
+    >>> prefix_arrivals(takeable=np.array([[True, False]]), request_row=np.array([0, 0]),
+    ...     request_position=np.array([1, 3]), arrival_position=np.array([0, 2, 1]),
+    ...     arrival_signature=np.array([0, 0, 1]), arrival_work=np.array([1.0, 2.0, 4.0]),
+    ...     second_half=np.array([False, True, False])).tolist()
+    [[1.0, 1.0], [0.0, 2.0]]
+    """
+    n, n_signatures = len(request_row), takeable.shape[1]
+    out = np.zeros((2, n))
+    if n == 0 or len(arrival_position) == 0:
+        return out
+    by_position = np.argsort(arrival_position, kind="stable")
+    signature = arrival_signature[by_position].astype(np.int64)
+    weights = np.stack([np.where(second_half, 0.0, arrival_work), np.where(second_half, arrival_work, 0.0)])
+    weights = weights[:, by_position]
+    # How many arrivals lie ahead of each request; requests taken in that order.
+    ahead = np.searchsorted(arrival_position[by_position], request_position, "left")
+    order = np.argsort(ahead, kind="stable")
+    chunk = max(1, CELLS_PER_CHUNK // max(n_signatures, 1))
+    base = np.zeros((2, n_signatures))
+    done = 0
+    for lo in range(0, n, chunk):
+        block = order[lo : lo + chunk]
+        out[:, block], done = _chunk(takeable[request_row[block]], ahead[block], signature, weights, base, done)
+    return out
+
+
+def _chunk(takes: np.ndarray, ahead: np.ndarray, signature: np.ndarray, weights: np.ndarray,
+           base: np.ndarray, done: int) -> tuple[np.ndarray, int]:
+    """One chunk of requests sorted by ``ahead``; ``base`` holds the per-signature sums of the first ``done`` arrivals."""
+    n_signatures, width = base.shape[1], len(ahead)
+    # Arrivals between the last chunk and this chunk's first request join the base.
+    first, last = int(ahead[0]), int(ahead[-1])
+    for h in range(2):
+        base[h] += np.bincount(signature[done:first], weights=weights[h, done:first], minlength=n_signatures)
+    # An arrival at sorted place t counts for the chunk's requests with ahead > t.
+    t = np.arange(first, last)
+    since = np.searchsorted(ahead, t, "right")
+    out = np.empty((2, width))
+    for h in range(2):
+        local = np.bincount(signature[t] * width + since, weights=weights[h, t], minlength=n_signatures * width)
+        totals = base[h][None, :] + np.cumsum(local.reshape(n_signatures, width), axis=1).T
+        out[h] = np.where(takes, totals, 0.0).sum(axis=1)
+    return out, first
