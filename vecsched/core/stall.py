@@ -23,7 +23,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
-from vecsched.core.stall_prefix import prefix_arrivals
+from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -207,6 +207,7 @@ def stall(
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
         if takeable is not None:
             halves[:2] += _shared_window(context, takeable, row_of, looked)
+            halves[:2] += _recent_window(context, takeable, row_of, looked)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
         threads == 0,
@@ -241,6 +242,23 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
         arrival_signature=context.signature[arrived],
         arrival_work=context.arrived_work,
         second_half=context.rq.created[arrived] >= context.middle[k[0]],
+    )
+    return out
+
+
+def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
+    """Arriving work of higher priority, per half, of the requests whose window starts at their creation."""
+    rq, arrived = context.rq, context.arrived
+    out = np.zeros((2, len(rq.ids)))
+    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    k = looked[recent]
+    if len(k) == 0 or len(arrived) == 0:
+        return out
+    out[:, k] = higher_priority_arrivals(
+        takeable=takeable, request_row=row_of[recent], request_priority=rq.priority[k],
+        request_created=rq.created[k], request_middle=context.middle[k],
+        arrival_priority=rq.priority[arrived], arrival_created=rq.created[arrived],
+        arrival_signature=context.signature[arrived], arrival_work=context.arrived_work,
     )
     return out
 
@@ -357,28 +375,18 @@ class _Context:
 
     def _arrivals(self, takeable, offsets, reqs) -> None:
         rq, arrived = self.rq, self.arrived
-        # j can be ahead of k and created no earlier than k's window only with a
-        # higher priority, or the same priority and creation time. Rows hold
-        # their requests by priority and creation, so the first kind is a
-        # leading range of the row; the second is a join on (priority, created).
+        # For a request whose window starts at its creation, an arrival ahead of
+        # it has a higher priority (see _recent_window) or the same priority and
+        # creation time: the latter is a join on (priority, created).
         row_local = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-        prio = self.prio_rank[reqs]
-        row_min = prio[offsets[:-1]]
-        a_prio = self.prio_rank[arrived]
-        above = np.flatnonzero(a_prio > row_min.min()) if len(row_min) else np.zeros(0, np.int64)
-        r, j = np.nonzero(takeable[:, self.signature[arrived[above]]] & (a_prio[above][None, :] > row_min[:, None]))
-        j = above[j]
-        keys = (row_local * self.n_prio + prio) * self.n_created
-        less = np.searchsorted(keys, (r * self.n_prio + a_prio[j]) * self.n_created, "left")
-        k1, j1 = _expand_ranges(offsets[r], less, j, reqs)
         same = self.prio_rank * self.n_created + self.created_rank
         by_key = np.argsort(same[arrived], kind="stable")
         sorted_keys = same[arrived][by_key]
         lo = np.searchsorted(sorted_keys, same[reqs], "left")
         hi = np.searchsorted(sorted_keys, same[reqs], "right")
-        j2, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
-        takes = takeable[row_local[q], self.signature[arrived[j2]]]
-        k, j = np.r_[k1, reqs[q[takes]]], np.r_[j1, j2[takes]]
+        j, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
+        takes = takeable[row_local[q], self.signature[arrived[j]]]
+        k, j = reqs[q[takes]], j[takes]
         created = rq.created[arrived[j]]
         keep = (created >= self.start[k]) & (self.position[arrived[j]] < self.position[k])
         k, j, created = k[keep], j[keep], created[keep]
