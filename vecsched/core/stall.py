@@ -23,7 +23,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
-from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals
+from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals, row_sums
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -205,6 +205,7 @@ def stall(
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
+        _shared_returns(context, member, row_of, looked)
         if takeable is not None:
             halves[:2] += _shared_window(context, takeable, row_of, looked)
             halves[:2] += _recent_window(context, takeable, row_of, looked)
@@ -244,6 +245,28 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
         second_half=context.rq.created[arrived] >= context.middle[k[0]],
     )
     return out
+
+
+def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Matched returns, their work per half and incompleteness, per row, for the requests whose window is the full 300 s."""
+    ev = context.ev
+    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    k = looked[shared]
+    if len(k) == 0 or len(ev.c_time) == 0:
+        return
+    second = ev.c_time >= context.middle[k[0]]
+    width = member.shape[1]
+    columns = [(~ev.c_matched, None)] + [(ev.c_matched & (second == h), None) for h in (0, 1)]
+    columns += [(ev.c_matched & (second == h), ev.c_work) for h in (0, 1)]
+    per_worker = np.stack(
+        [np.bincount(ev.c_worker[m], weights=None if w is None else w[m], minlength=width) for m, w in columns], axis=1
+    )
+    per_row = row_sums(member, per_worker.astype(np.float64))[row_of[shared]]
+    context.incomplete[k] |= per_row[:, 0] > 0
+    for h in (0, 1):
+        context.counts[h][k] += np.rint(per_row[:, 1 + h]).astype(np.int64)
+        context.halves[2 + h][k] += per_row[:, 3 + h]
+    context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
 
 
 def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
@@ -322,13 +345,13 @@ class _Context:
 
     def block(self, member: np.ndarray, takeable: np.ndarray | None, requests: tuple[np.ndarray, np.ndarray]) -> None:
         offsets, reqs = requests
-        self._returns(member, offsets, reqs)
+        # Requests sharing the full window get their returns and arrivals per row (see _shared_window).
+        recent = self.start[reqs] > self.now - WINDOW_SECONDS
+        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
+                              minlength=len(offsets) - 1)
+        self._returns(member, np.r_[0, np.cumsum(per_row)], reqs[recent])
         self._dispatches(member, offsets, reqs)
         if takeable is not None:
-            # Requests sharing the full window get theirs from prefix sums (see _shared_window).
-            recent = self.start[reqs] > self.now - WINDOW_SECONDS
-            per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
-                                  minlength=len(offsets) - 1)
             if recent.any():
                 self._arrivals(takeable[per_row > 0], np.r_[0, np.cumsum(per_row[per_row > 0])], reqs[recent])
 

@@ -134,3 +134,18 @@ def higher_priority_arrivals(
         out[0, block] = since[0] - since[1]
         out[1, block] = since[1]
     return out
+
+
+def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
+    """``member @ per_worker`` for a boolean (row, worker) matrix, in row chunks that bound memory.
+
+    Examples
+    --------
+    >>> row_sums(np.array([[True, False], [True, True]]), np.array([[1.0], [2.0]])).tolist()
+    [[1.0], [3.0]]
+    """
+    out = np.zeros((len(member), per_worker.shape[1]))
+    chunk = max(1, CELLS_PER_CHUNK // max(member.shape[1], 1))
+    for lo in range(0, len(member), chunk):
+        out[lo : lo + chunk] = member[lo : lo + chunk].astype(np.float64) @ per_worker
+    return out
