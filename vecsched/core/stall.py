@@ -23,7 +23,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
-from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals, row_sums
+from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals, prefix_sums, row_sums
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -206,6 +206,7 @@ def stall(
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
         _shared_returns(context, member, row_of, looked)
+        _shared_dispatches(context, member, row_of, looked)
         if takeable is not None:
             halves[:2] += _shared_window(context, takeable, row_of, looked)
             halves[:2] += _recent_window(context, takeable, row_of, looked)
@@ -267,6 +268,82 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
         context.counts[h][k] += np.rint(per_row[:, 1 + h]).astype(np.int64)
         context.halves[2 + h][k] += per_row[:, 3 + h]
     context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
+
+
+def _key_ranks(priority: np.ndarray, created: np.ndarray) -> np.ndarray:
+    """Ranks of (priority desc, created asc) keys; equal keys share a rank."""
+    key = -priority.astype(np.float64)
+    order = np.lexsort((created, key))
+    k, c = key[order], created[order]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.cumsum(np.r_[True, (k[1:] != k[:-1]) | (c[1:] != c[:-1])])
+    return rank
+
+
+def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Relevant and preceding dispatches, per row, for the requests created before the window.
+
+    Their window is the full 300 s and every dispatched request created in it
+    was created after them. Preceding ones are those ahead by queue key (a
+    prefix sum over dispatches sorted by key, per worker of the row), plus the
+    row's priority-pass dispatches, less those that list the owner and are
+    not ahead by key, less the request's own dispatches.
+    """
+    ev, rq, now = context.ev, context.rq, context.now
+    shared = rq.created[looked] < now - WINDOW_SECONDS
+    k, rows = looked[shared], row_of[shared]
+    if len(k) == 0 or len(ev.d_time) == 0:
+        return
+    late = (ev.d_created >= now - WINDOW_SECONDS) & (ev.d_created <= now)
+    second = ev.d_created >= context.middle[k[0]]
+    weights = np.stack([np.ones(len(ev.d_time)), ev.d_active.astype(np.float64),
+                        np.where(late & ~second, ev.d_work, 0.0), np.where(late & second, ev.d_work, 0.0)])
+    rank = _key_ranks(np.r_[ev.d_priority.astype(np.float64), rq.priority[k].astype(np.float64)],
+                      np.r_[ev.d_created, rq.created[k]])
+    rank_d, rank_k = rank[: len(ev.d_time)], rank[len(ev.d_time) :]
+    pp = ev.d_priority_pass.astype(bool)
+    preceding = prefix_sums(takeable=member, request_row=rows, request_position=rank_k, item_position=rank_d,
+                            item_signature=ev.d_worker, weights=weights * ~pp)
+    per_worker = np.stack([np.bincount(ev.d_worker, weights=w, minlength=member.shape[1])
+                           for w in (*(weights * pp), weights[0])], axis=1)
+    per_row = row_sums(member, per_worker)[rows].T
+    preceding += per_row[:4]
+    opportunities = per_row[4]
+    qi, dd = _listed_pairs(context, k)
+    hit = member[rows[qi], ev.d_worker[dd]] & (rank_d[dd] >= rank_k[qi])
+    for m in range(4):
+        preceding[m] -= np.bincount(qi[hit], weights=weights[m, dd[hit]], minlength=len(k))
+    # The request's own dispatches are not relevant to it.
+    at = np.full(len(rq.ids), -1, np.int64)
+    at[k] = np.arange(len(k))
+    dd = np.flatnonzero(ev.d_request >= 0)
+    qi = at[ev.d_request[dd]]
+    dd, qi = dd[qi >= 0], qi[qi >= 0]
+    mine = member[rows[qi], ev.d_worker[dd]]
+    dd, qi = dd[mine], qi[mine]
+    opportunities -= np.bincount(qi, minlength=len(k))
+    listed = np.isin(dd * context.n_users + context.owner_code[k[qi]], context.listed)
+    own = (rank_d[dd] < rank_k[qi]) | (pp[dd] & ~listed)
+    for m in range(4):
+        preceding[m] -= np.bincount(qi[own], weights=weights[m, dd[own]], minlength=len(k))
+    out = context.out
+    out["dispatch_opportunities"][k] += np.rint(opportunities).astype(np.int64)
+    out["lost_opportunities"][k] += np.rint(preceding[0]).astype(np.int64)
+    out["active_preceding_dispatches"][k] += np.rint(preceding[1]).astype(np.int64)
+    context.halves[0][k] += preceding[2]
+    context.halves[1][k] += preceding[3]
+
+
+def _listed_pairs(context: _Context, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in ``k``, dispatch) pairs: a priority-pass dispatch that lists the request's owner."""
+    listed = context.listed
+    dispatch, user = listed // context.n_users, listed % context.n_users
+    owners = context.owner_code[k]
+    by_owner = np.argsort(owners, kind="stable")
+    sorted_owners = owners[by_owner]
+    lo = np.searchsorted(sorted_owners, user, "left")
+    hi = np.searchsorted(sorted_owners, user, "right")
+    return _expand_ranges(lo, hi, dispatch, by_owner)
 
 
 def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
@@ -350,7 +427,11 @@ class _Context:
         per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
                               minlength=len(offsets) - 1)
         self._returns(member, np.r_[0, np.cumsum(per_row)], reqs[recent])
-        self._dispatches(member, offsets, reqs)
+        # Requests created before the window get their dispatches per row (see _shared_dispatches).
+        later = self.rq.created[reqs] >= self.now - WINDOW_SECONDS
+        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[later],
+                              minlength=len(offsets) - 1)
+        self._dispatches(member, np.r_[0, np.cumsum(per_row)], reqs[later])
         if takeable is not None:
             if recent.any():
                 self._arrivals(takeable[per_row > 0], np.r_[0, np.cumsum(per_row[per_row > 0])], reqs[recent])

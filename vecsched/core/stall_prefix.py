@@ -47,15 +47,41 @@ def prefix_arrivals(
     out = np.zeros((2, n))
     if n == 0 or len(arrival_position) == 0:
         return out
-    by_position = np.argsort(arrival_position, kind="stable")
-    signature = arrival_signature[by_position].astype(np.int64)
     weights = np.stack([np.where(second_half, 0.0, arrival_work), np.where(second_half, arrival_work, 0.0)])
+    return prefix_sums(takeable=takeable, request_row=request_row, request_position=request_position,
+                       item_position=arrival_position, item_signature=arrival_signature, weights=weights)
+
+
+def prefix_sums(
+    *,
+    takeable: np.ndarray,
+    request_row: np.ndarray,
+    request_position: np.ndarray,
+    item_position: np.ndarray,
+    item_signature: np.ndarray,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """``out[m, k]``: the sum of ``weights[m]`` over items with position below request k's whose signature k's row takes.
+
+    Examples
+    --------
+    >>> prefix_sums(takeable=np.array([[True, False]]), request_row=np.array([0]),
+    ...     request_position=np.array([5]), item_position=np.array([1, 2, 9]),
+    ...     item_signature=np.array([0, 1, 0]), weights=np.array([[1.0, 1.0, 1.0]])).tolist()
+    [[1.0]]
+    """
+    n, n_signatures = len(request_row), takeable.shape[1]
+    out = np.zeros((len(weights), n))
+    if n == 0 or len(item_position) == 0:
+        return out
+    by_position = np.argsort(item_position, kind="stable")
+    signature = item_signature[by_position].astype(np.int64)
     weights = weights[:, by_position]
-    # How many arrivals lie ahead of each request; requests taken in that order.
-    ahead = np.searchsorted(arrival_position[by_position], request_position, "left")
+    # How many items lie ahead of each request; requests taken in that order.
+    ahead = np.searchsorted(item_position[by_position], request_position, "left")
     order = np.argsort(ahead, kind="stable")
     chunk = max(1, CELLS_PER_CHUNK // max(n_signatures, 1))
-    base = np.zeros((2, n_signatures))
+    base = np.zeros((len(weights), n_signatures))
     done = 0
     for lo in range(0, n, chunk):
         block = order[lo : lo + chunk]
@@ -69,13 +95,13 @@ def _chunk(takes: np.ndarray, ahead: np.ndarray, signature: np.ndarray, weights:
     n_signatures, width = base.shape[1], len(ahead)
     # Arrivals between the last chunk and this chunk's first request join the base.
     first, last = int(ahead[0]), int(ahead[-1])
-    for h in range(2):
+    for h in range(len(weights)):
         base[h] += np.bincount(signature[done:first], weights=weights[h, done:first], minlength=n_signatures)
     # An arrival at sorted place t counts for the chunk's requests with ahead > t.
     t = np.arange(first, last)
     since = np.searchsorted(ahead, t, "right")
-    out = np.empty((2, width))
-    for h in range(2):
+    out = np.empty((len(weights), width))
+    for h in range(len(weights)):
         local = np.bincount(signature[t] * width + since, weights=weights[h, t], minlength=n_signatures * width)
         totals = base[h][None, :] + np.cumsum(local.reshape(n_signatures, width), axis=1).T
         out[h] = np.where(takes, totals, 0.0).sum(axis=1)
