@@ -206,6 +206,7 @@ def stall(
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
         _shared_returns(context, member, row_of, looked)
+        _recent_returns(context, member, row_of, looked)
         _shared_dispatches(context, member, row_of, looked)
         if takeable is not None:
             halves[:2] += _shared_window(context, takeable, row_of, looked)
@@ -268,6 +269,33 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
         context.counts[h][k] += np.rint(per_row[:, 1 + h]).astype(np.int64)
         context.halves[2 + h][k] += per_row[:, 3 + h]
     context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
+
+
+def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Returns of the requests whose window starts at their creation: the row's returns less those before the start, the midpoint.
+
+    Every return kept is at or after now - 300 s, so the row's total is every
+    return by its workers; prefix sums over return times per worker count
+    those before a request's start and its midpoint.
+    """
+    ev = context.ev
+    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    k, rows = looked[recent], row_of[recent]
+    if len(k) == 0 or len(ev.c_time) == 0:
+        return
+    weights = np.stack([ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]).astype(np.float64)
+    per_worker = np.stack([np.bincount(ev.c_worker, weights=w, minlength=member.shape[1]) for w in weights], axis=1)
+    total = row_sums(member, per_worker)[rows].T
+    before = [prefix_sums(takeable=member, request_row=rows, request_position=x[k], item_position=ev.c_time,
+                          item_signature=ev.c_worker, weights=weights) for x in (context.start, context.middle)]
+    halves = (before[1] - before[0], total - before[1])
+    context.incomplete[k] |= total[1] - before[0][1] > 0.5
+    for h, half in enumerate(halves):
+        count = np.rint(half[0]).astype(np.int64)
+        context.counts[h][k] += count
+        context.out["returned_capacity"][k] += count
+        # Differences of sums: a half with no return has exactly no work.
+        context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
 
 
 def _key_ranks(priority: np.ndarray, created: np.ndarray) -> np.ndarray:
@@ -426,7 +454,6 @@ class _Context:
         recent = self.start[reqs] > self.now - WINDOW_SECONDS
         per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
                               minlength=len(offsets) - 1)
-        self._returns(member, np.r_[0, np.cumsum(per_row)], reqs[recent])
         # Requests created before the window get their dispatches per row (see _shared_dispatches).
         later = self.rq.created[reqs] >= self.now - WINDOW_SECONDS
         per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[later],
@@ -439,21 +466,6 @@ class _Context:
     @staticmethod
     def _add(target: np.ndarray, k: np.ndarray, weights: np.ndarray | None = None) -> None:
         target += np.bincount(k, weights=weights, minlength=len(target)).astype(target.dtype)
-
-    def _returns(self, member, offsets, reqs) -> None:
-        ev = self.ev
-        k, c = _expand(member[:, ev.c_worker], offsets, reqs)
-        t = ev.c_time[c]
-        seen = t >= self.start[k]
-        k, c, t = k[seen], c[seen], t[seen]
-        matched = ev.c_matched[c]
-        self.incomplete[k[~matched]] = True
-        k, c, t = k[matched], c[matched], t[matched]
-        second = t >= self.middle[k]
-        self._add(self.out["returned_capacity"], k)
-        for h, mask in enumerate((~second, second)):
-            self._add(self.counts[h], k[mask])
-            self._add(self.halves[2 + h], k[mask], ev.c_work[c[mask]])
 
     def _dispatches(self, member, offsets, reqs) -> None:
         ev, rq = self.ev, self.rq
