@@ -8,9 +8,14 @@ capacity those workers returned, and the work that arrived ahead of i.
 Requests of one eligibility row (request group or special group, see
 :mod:`vecsched.core.eligibility`) share their eligible workers A(i) and their
 takeable signatures, so the events a request may see are found per row, from
-the row's worker membership; each (request, event) pair of a row is then
-judged on flat arrays, in blocks of rows, and summed back per request with
-``bincount``. No Python loop runs over requests, workers or events.
+the row's worker membership. Requests whose window is the full 300 s share
+one window and midpoint: their returns are per-row sums, their dispatches and
+arrivals prefix sums over events sorted by queue key (see
+:mod:`vecsched.core.stall_prefix`). Requests created within the window get
+their returns and arrivals of higher priority from prefix sums over time;
+only their dispatches and their (priority, created) ties are still judged as
+(request, event) pairs, in blocks of rows. No Python loop runs over requests,
+workers or events.
 """
 
 from __future__ import annotations
