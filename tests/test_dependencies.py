@@ -26,7 +26,8 @@ LOCAL = {"vecsched", "benchmarks", "tests", "conftest"}
 # Which declared parts a fresh install of each folder has: the package alone (plus the
 # driver extra it names in its errors), the benchmarks with `bench`, tests and notebooks with `test`.
 WHERE = {
-    "vecsched": ("postgres", "prometheus"),  # prometheus: imported lazily by run --metrics prometheus
+    # prometheus: imported lazily by run --metrics prometheus; replay: numba, imported lazily by the replay loop
+    "vecsched": ("postgres", "prometheus", "replay"),
     "benchmarks": ("bench",),
     "tests": ("test",),
     "notebooks": ("test",),

@@ -18,7 +18,7 @@ from vecsched.errors import describe
 from vecsched.snapshot.snapshot import SnapshotError
 
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
-_COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands")
+_COMMAND_MODULES = ("vecsched.service.commands", "vecsched.simulate.commands", "vecsched.service.forecast_commands")
 
 
 def _version() -> str:

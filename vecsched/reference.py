@@ -705,6 +705,47 @@ def _precedes(dispatch: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
     return dispatch["request_created"] < request["created"]
 
 
+def _arriving_work(p: Prepared, i: Mapping[str, Any], eligible: list[Any], preceding: list[Any],
+                   half: Any) -> list[float]:
+    """Arriving work per half: takeable arrivals ahead of i, plus preceding pops of later requests."""
+    arriving = [0.0, 0.0]
+    for j in p.waiting:
+        h = half(j["created"])
+        if (
+            j["gentype"] == i["gentype"]
+            and h is not None
+            and queue_key(j) < queue_key(i)
+            and any(could_take(w, j) for w in eligible)
+        ):
+            arriving[h] += int(j["n"]) * job_work(j)
+    for d in preceding:
+        h = half(d["request_created"])
+        if d["request_created"] > i["created"] and h is not None:
+            arriving[h] += d["assigned_work"]
+    return arriving
+
+
+def _first_evidence(*, threads: int, window: float, incomplete: bool, returns_per_half: list[int],
+                    relevant: int, preceding: int, active_preceding: int, arriving: list[float],
+                    returned_work: list[float]) -> str:
+    """The first of section 7's evidence values that applies, in the SPEC's order."""
+    if threads == 0:
+        return "none_eligible"
+    if window < STALL_MIN_WINDOW_SECONDS:
+        return "insufficient_window"
+    if incomplete:
+        return "incomplete_return_history"
+    if min(returns_per_half) < threads:
+        return "insufficient_replacement"
+    if not relevant or preceding < relevant:
+        return "target_opportunity_seen"
+    if active_preceding < threads:
+        return "compatible_capacity_returning"
+    if any(arriving[h] <= returned_work[h] for h in (0, 1)):
+        return "preceding_arrivals_not_outpacing_drain"
+    return "arrival_outpaces_drain"
+
+
 def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) -> dict[str, Any]:
     """might_stall, its evidence and the pressure figures of one waiting request (SPEC section 7).
 
@@ -775,20 +816,7 @@ def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) 
         returns_per_half[h] += 1
         returned_work[h] += dispatch_by_id[c["dispatch_id"]]["assigned_work"]
 
-    arriving = [0.0, 0.0]
-    for j in p.waiting:
-        h = half(j["created"])
-        if (
-            j["gentype"] == i["gentype"]
-            and h is not None
-            and queue_key(j) < queue_key(i)
-            and any(could_take(w, j) for w in eligible)
-        ):
-            arriving[h] += int(j["n"]) * job_work(j)
-    for d in preceding:
-        h = half(d["request_created"])
-        if d["request_created"] > i["created"] and h is not None:
-            arriving[h] += d["assigned_work"]
+    arriving = _arriving_work(p, i, eligible, preceding, half)
 
     figures.update(
         dispatch_opportunities=len(relevant),
@@ -798,22 +826,11 @@ def stall_one(snapshot: Any, request_id: str, prepared: Prepared | None = None) 
         arriving_work=arriving[0] + arriving[1],
         returned_work=returned_work[0] + returned_work[1],
     )
-    if threads == 0:
-        evidence = "none_eligible"
-    elif p.now - start < STALL_MIN_WINDOW_SECONDS:
-        evidence = "insufficient_window"
-    elif incomplete:
-        evidence = "incomplete_return_history"
-    elif min(returns_per_half) < threads:
-        evidence = "insufficient_replacement"
-    elif not relevant or len(preceding) < len(relevant):
-        evidence = "target_opportunity_seen"
-    elif len(active_preceding) < threads:
-        evidence = "compatible_capacity_returning"
-    elif any(arriving[h] <= returned_work[h] for h in (0, 1)):
-        evidence = "preceding_arrivals_not_outpacing_drain"
-    else:
-        evidence = "arrival_outpaces_drain"
+    evidence = _first_evidence(
+        threads=threads, window=p.now - start, incomplete=incomplete, returns_per_half=returns_per_half,
+        relevant=len(relevant), preceding=len(preceding), active_preceding=len(active_preceding),
+        arriving=arriving, returned_work=returned_work,
+    )
     figures["stall_evidence"] = evidence
     figures["might_stall"] = evidence == "arrival_outpaces_drain"
     # The halves, for tests that need to tell a tie from a strict comparison.
@@ -838,3 +855,133 @@ def stall_reference(snapshot: Any) -> pd.DataFrame:
     names = list(STALL_FIELDS) + ["_halves"]
     index = pd.Index(pd.Series(ids, dtype=object), name="id")
     return pd.DataFrame({name: pd.Series([row[name] for row in rows], dtype=object, index=index) for name in names})
+
+
+
+
+# -- shadow forecasts (SPEC section 8; eligible-share-v1 from issue 12) --------------------
+
+FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
+
+
+def _provisional(start_p50: float, completion_p50: float, seconds_left: float) -> dict[str, Any]:
+    """p90 = p50 + max(60 s, 50% of p50); a stall when the start p90 reaches the expiry or is unknown."""
+    def p90(p50: float) -> float:
+        return p50 + max(60.0, 0.5 * p50) if not math.isnan(p50) else math.nan
+
+    start_p90 = p90(start_p50)
+    return {
+        "start_p50": start_p50,
+        "start_p90": start_p90,
+        "completion_p50": completion_p50,
+        "completion_p90": p90(completion_p50),
+        "predicted_stall": math.isnan(start_p90) or start_p90 >= seconds_left,
+    }
+
+
+def compatible_queue_v1(snapshot: Any, request_id: str, prepared: Prepared | None = None) -> dict[str, Any]:
+    """SPEC section 8's ``compatible-queue-v1`` forecast of one waiting request.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+    ...     "now": "2026-11-29T12:00:00Z",
+    ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,
+    ...                  "models": ["m"], "last_check_in": "2026-11-29T11:59:00Z"}],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "max_length": 200, "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z", "models": ["m"]}]})
+    >>> f = compatible_queue_v1(snap, "r1")
+    >>> f["start_p50"], f["completion_p50"], f["completion_p90"], f["predicted_stall"]
+    (0.0, 10.0, 70.0, False)
+    """
+    p = prepared if prepared is not None else prepare(snapshot)
+    i = p.request_by_id[request_id]
+    gentype = i["gentype"]
+    through = [j for j in p.waiting if j["gentype"] == gentype and queue_key(j) <= queue_key(i)]
+    work_through = sum(int(j["n"]) * job_output(j) for j in through)
+    jobs_through = sum(int(j["n"]) for j in through)
+    own_work, own_jobs = int(i["n"]) * job_output(i), int(i["n"])
+    online = [w for w in p.workers if w["gentype"] == gentype and is_online(w, p.now)]
+    v = sum(effective_speed(w) for w in online) / len(online) if online else 0.0
+    threads = sum(int(w["threads"]) for w in p.workers if is_eligible(w, i, p.ctx))
+    if v > 0 and threads > 0:
+        ahead_jobs = jobs_through - own_jobs
+        start = 0.0 if ahead_jobs == 0 else (work_through - own_work) / (v * min(threads, ahead_jobs))
+        completion = work_through / (v * min(threads, jobs_through))
+    else:
+        start = completion = math.nan
+    return _provisional(start, completion, i["expiry"] - p.now)
+
+
+def eligible_share_v1(snapshot: Any, request_id: str, prepared: Prepared | None = None) -> dict[str, Any]:
+    """``eligible-share-v1``: SPEC section 5's wait, each j ahead charged T(A(i) & A(j)) / T(A(j)) of its work.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+    ...     "now": "2026-11-29T12:00:00Z",
+    ...     "workers": [{"id": "w1", "user_id": "u1", "gentype": "text", "speed": 20,
+    ...                  "models": ["m"], "last_check_in": "2026-11-29T11:59:00Z"}],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 1,
+    ...                   "max_length": 200, "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z", "models": ["m"]}]})
+    >>> eligible_share_v1(snap, "r1")["completion_p50"]
+    10.0
+    """
+    p = prepared if prepared is not None else prepare(snapshot)
+    i = p.request_by_id[request_id]
+    mine = {w["id"] for w in p.workers if is_eligible(w, i, p.ctx)}
+    threads_of = {w["id"]: int(w["threads"]) for w in p.workers}
+    threads = sum(threads_of[w] for w in mine)
+    throughput = sum(effective_speed(p.worker_by_id[w]) * threads_of[w] for w in mine)
+    jobs_ahead = work_ahead = 0.0
+    for j in p.waiting:
+        if j["gentype"] != i["gentype"] or queue_key(j) >= queue_key(i):
+            continue
+        theirs = {w["id"] for w in p.workers if is_eligible(w, j, p.ctx)}
+        their_threads = sum(threads_of[w] for w in theirs)
+        if their_threads == 0:
+            continue  # delays nobody, charged nothing
+        share = sum(threads_of[w] for w in theirs & mine) / their_threads
+        jobs_ahead += share * int(j["n"])
+        work_ahead += share * int(j["n"]) * job_output(j)
+    own_jobs, own_work = int(i["n"]), int(i["n"]) * job_output(i)
+    if threads > 0 and throughput > 0:
+        start = 0.0 if jobs_ahead <= 0 else work_ahead / (throughput * min(1.0, jobs_ahead / threads))
+        completion = (work_ahead + own_work) / (
+            throughput * min(1.0, (jobs_ahead + own_jobs) / threads)
+        ) + in_flight_part(i, p)
+    else:
+        start = completion = math.nan
+    return _provisional(start, completion, i["expiry"] - p.now)
+
+
+REFERENCE_ESTIMATORS = {"compatible-queue-v1": compatible_queue_v1, "eligible-share-v1": eligible_share_v1}
+
+
+def forecasts_reference(snapshot: Any) -> pd.DataFrame:
+    """Every waiting request's forecasts, one at a time: columns ``forecast.NAME.FIELD``.
+
+    Examples
+    --------
+    >>> import vecsched
+    >>> snap = vecsched.load_snapshot({"format": "vecsched.snapshot/1",
+    ...     "now": "2026-11-29T12:00:00Z", "workers": [],
+    ...     "requests": [{"id": "r1", "user_id": "u2", "gentype": "text", "n": 2,
+    ...                   "created": "2026-11-29T11:58:00Z",
+    ...                   "expiry": "2026-11-29T12:18:00Z"}]})
+    >>> bool(forecasts_reference(snap).loc["r1", "forecast.eligible-share-v1.predicted_stall"])
+    True
+    """
+    p = prepare(snapshot)
+    ids = [r["id"] for r in p.requests if is_waiting(r, p.now)]
+    data: dict[str, Any] = {}
+    for name, one in REFERENCE_ESTIMATORS.items():
+        rows = [one(snapshot, rid, p) for rid in ids]
+        for f in FORECAST_FIELDS:
+            dtype = "bool" if f == "predicted_stall" else "float64"
+            data[f"forecast.{name}.{f}"] = pd.Series([row[f] for row in rows], dtype=dtype).to_numpy()
+    return pd.DataFrame(data, index=pd.Index(pd.Series(ids, dtype=object), name="id"))

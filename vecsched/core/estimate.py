@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ from vecsched.core.arrays import RequestArrays, WorkerArrays, queue_positions, r
 from vecsched.snapshot.schema import IMAGE, JOB_FAULTED, JOB_FINISHED, JOB_PROCESSING, TEXT
 from vecsched.core.competition import competition
 from vecsched.core.eligibility import Eligibility, eligibility
+from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
 from vecsched.core.stall import stall, stall_columns
 from vecsched.core.threads import blas_threads
@@ -65,6 +66,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     horde: dict[str, dict[str, float]] = {}
     groups: dict[str, int] = {}
     queues: dict[str, QueueSignatures] = {}
+    forecast_queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
+    forecast_throughput = np.zeros(len(batch.queue.index))
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         with stages("horde"):
@@ -82,6 +85,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
                 f"{name}_worker_declarations": elig.n_declarations,
             }
         )
+        forecast_queues.append(_forecast_queue(batch, gentype, mine, len(snapshot.model_names), elig, horde[name]))
+        forecast_throughput[mine] = elig.throughput
         columns["eligible_workers"][mine] = elig.workers
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
@@ -97,8 +102,14 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
             ahead = _competition(batch, mine, elig, groups, name)
         with stages("figures"):
             _fill_figures(columns, batch, mine, elig, ahead)
+    with stages("forecasts"):
+        inputs = _forecasts.forecast_inputs(
+            snapshot.now, batch.queue, snapshot.requests.expiry[batch.queue.index], batch.position, batch.work,
+            batch.in_flight, columns, forecast_throughput, forecast_queues, options.forecast_skip)
+        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
 
     return Estimates(
+        forecasts=forecasts,
         now=snapshot.now,
         request_id=batch.queue.ids,
         request_index=batch.queue.index,
@@ -171,16 +182,11 @@ def _use_horde_figures(columns: dict[str, np.ndarray], rows: np.ndarray) -> None
 
 def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, aware: bool) -> Eligibility:
     """Eligibility of the waiting requests ``mine`` (all of ``gentype``)."""
-    n = len(batch.queue.index)
-    in_mine = np.full(n, -1, dtype=np.int64)
-    in_mine[mine] = np.arange(len(mine))
-    ex_w, ex_r = batch.excluded
-    sel = np.isin(ex_r, mine)
     return eligibility(
         batch.workers,
         take_rows(batch.queue, mine),
         gentype,
-        (ex_w[sel], in_mine[ex_r[sel]]),
+        _excluded_among(batch, mine),
         vocabulary_size,
         with_competition=aware,
     )
@@ -189,14 +195,27 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size:
 def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
            elig: Eligibility) -> None:
     """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
+    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
+                     batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names))
+    for name, values in pressure.items():
+        columns[name][mine] = values
+
+
+def _excluded_among(batch: _Batch, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The excluded pairs of the requests ``mine``, as (worker, position within ``mine``)."""
     in_mine = np.full(len(batch.queue.index), -1, dtype=np.int64)
     in_mine[mine] = np.arange(len(mine))
     ex_w, ex_r = batch.excluded
     sel = np.isin(ex_r, mine)
-    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
-                     batch.progress["processing"][mine], (ex_w[sel], in_mine[ex_r[sel]]), len(snapshot.model_names))
-    for name, values in pressure.items():
-        columns[name][mine] = values
+    return ex_w[sel], in_mine[ex_r[sel]]
+
+
+def _forecast_queue(
+    batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, elig: Eligibility, horde: dict[str, Any]
+) -> _forecasts.GentypeQueue:
+    """What the forecasts stage reads of one gentype (its eligible sets built only if asked)."""
+    return _forecasts.gentype_queue(batch.workers, take_rows(batch.queue, mine), gentype,
+                                    _excluded_among(batch, mine), vocabulary_size, elig, mine, horde["mean_speed"])
 
 
 @dataclass(frozen=True)
@@ -310,7 +329,9 @@ def _horde_wide(batch: _Batch, gentype: int, mine: np.ndarray, columns: dict[str
     }
 
 
-def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estimates:
+def estimate(
+    snapshot: Snapshot, *, eligible_image_wait: bool = False, forecast_skip: Any = None, calibration: Any = None
+) -> Estimates:
     """Compute every waiting request's figures (SPEC.md sections 3 to 6) at once.
 
     Parameters
@@ -319,6 +340,10 @@ def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estima
         The horde at one instant.
     eligible_image_wait : bool, default False
         Give image requests eligibility-aware queue figures too.
+    forecast_skip : collection of str, optional
+        Request ids whose shadow forecasts are not needed (left unknown).
+    calibration : dict, optional
+        Per estimator name, what it is handed (``vecsched.core.forecasts``).
 
     Returns
     -------
@@ -339,6 +364,7 @@ def estimate(snapshot: Snapshot, *, eligible_image_wait: bool = False) -> Estima
     >>> int(row.eligible_workers), int(row.queue_position), float(row.wait_time)
     (1, 0, 10.0)
     """
-    options = EstimateOptions(eligible_image_wait=eligible_image_wait)
+    options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
+                              forecast_skip=forecast_skip)
     with blas_threads(workers=len(snapshot.workers.id), requests=len(snapshot.requests.id)):
         return compute(snapshot, options)

@@ -77,6 +77,10 @@ class EstimateOptions:
     """
 
     eligible_image_wait: bool = False
+    # Per estimator name, what the service read from the stored pairs (docs/forecasts.md).
+    calibration: Any = field(default=None, compare=False)
+    # Request ids whose forecasts are not needed (the job's already recorded ones): left unknown.
+    forecast_skip: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.eligible_image_wait, bool):
@@ -168,6 +172,8 @@ class Estimates:
     groups: dict[str, int] = field(default_factory=dict)
     rejected: tuple[RowError, ...] = ()
     competition: CompetitionState | None = field(default=None, repr=False, compare=False)
+    # Estimator name -> vecsched.core.forecasts.Forecast (SPEC section 8).
+    forecasts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.request_id)
@@ -188,6 +194,9 @@ class Estimates:
             elif name in EVIDENCE_FIELDS:
                 values = pd.Categorical.from_codes(values.astype(np.int64), categories=list(EVIDENCE))
             data[name] = values
+        for estimator, forecast in self.forecasts.items():
+            for name in forecast.__dataclass_fields__:
+                data[f"forecast.{estimator}.{name}"] = getattr(forecast, name)
         return pd.DataFrame(data, index=pd.Index(self.request_id, name="id"))
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,6 +216,8 @@ class Estimates:
         estimates = {
             rid: dict(zip(names, row)) for rid, row in zip(self.request_id.tolist(), zip(*cols))
         }
+        for k, entry in enumerate(estimates.values()):
+            entry["forecasts"] = {name: f.row(k) for name, f in self.forecasts.items()}
         return {
             "format": FORMAT,
             "now": iso(self.now),

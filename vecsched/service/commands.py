@@ -94,6 +94,9 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                         "(default: $VECSCHED_ELIGIBLE_IMAGE_WAIT, else off)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log threshold")
+    p.add_argument("--replay", action="store_true",
+                   help="also record the dispatch-replay-v1 shadow forecast (costly on large hordes; "
+                        "install the 'replay' extra for its compiled loop; default off)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
     p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
@@ -297,6 +300,10 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("vecsched.job").info(
             "demo: a simulated horde lives in %s (--no-demo turns it off)", url)
     store = _store(args)
+    if args.replay:
+        from vecsched.core.replay import enable
+
+        enable()
     figures = partial(estimate, eligible_image_wait=args.eligible_image_wait)
     from vecsched.service.metrics import CycleMetrics, setup_metrics
 

@@ -174,6 +174,7 @@ def run_cycle(
     interval: float = DEFAULT_INTERVAL,
     estimate: Callable[[Snapshot], Any] | None = None,
     observe: Callable[[CycleReport, Any, Any], None] | None = None,
+    forecasts: Any = None,
 ) -> CycleReport:
     """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
 
@@ -196,6 +197,10 @@ def run_cycle(
     observe : callable, optional
         ``observe(report, snapshot, estimates)`` after the cycle (metrics);
         its failure is logged and changes nothing.
+    forecasts : ForecastTracker, optional
+        Records first sightings' forecasts and derived outcomes after the
+        publication (:mod:`vecsched.service.forecast_job`); its failure is
+        logged and never fails the cycle.
 
     Returns
     -------
@@ -210,6 +215,8 @@ def run_cycle(
     >>> report.ok, report.error
     (False, 'ConnectionError: database down')
     """
+    if forecasts is not None:
+        estimate = forecasts.wrap(estimate)  # forecasts only for requests not yet recorded
     estimate = estimate_snapshot if estimate is None else estimate
     now = float(clock())
     report = CycleReport(cycle_time=now)
@@ -241,6 +248,8 @@ def run_cycle(
         report.superseded = not switched
         report.published = len(ids) if switched else 0
         report.ok = True
+        if forecasts is not None:
+            _observe_forecasts(forecasts, snapshot, estimates, now)
     except Exception as exc:  # noqa: BLE001 - a cycle must never take the job down
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
@@ -253,6 +262,14 @@ def run_cycle(
         except Exception:  # noqa: BLE001 - metrics never fail a cycle
             log.debug("observing the cycle failed", exc_info=True)
     return report
+
+
+def _observe_forecasts(tracker: Any, snapshot: Snapshot, estimates: Any, now: float) -> None:
+    try:
+        tracker.observe(snapshot, estimates, now)
+    except Exception as exc:  # noqa: BLE001 - shadow forecasts never fail a cycle
+        log.warning("forecast recording failed: %s", type(exc).__name__)
+        log.debug("forecast recording failed", exc_info=True)
 
 
 def _warn_if_empty(estimates: Any, report: CycleReport) -> None:
@@ -406,7 +423,7 @@ def run_service(
     stop = threading.Event() if stop is None else stop
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        _CycleWithHint(interval=interval, estimate=estimate, observe=observe),
+        _CycleWithHint(interval=interval, estimate=estimate, observe=observe, forecasts=forecast_tracker(store)),
         "interval",
         seconds=interval,
         args=(load, store, clock),
@@ -432,6 +449,29 @@ def run_service(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("vecsched job stopped")
+
+
+def forecast_tracker(store: Store) -> Any:
+    """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database.
+
+    Parameters
+    ----------
+    store : Store
+        The publication store; forecasts go to the same Redis (prefix) or database.
+
+    Returns
+    -------
+    ForecastTracker
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> type(forecast_tracker(SQLStore("sqlite://"))).__name__
+    'ForecastTracker'
+    """
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    return ForecastTracker(recorder_for(store))
 
 
 def _utcnow() -> Any:

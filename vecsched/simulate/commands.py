@@ -21,19 +21,25 @@ def add_commands(subparsers: Any) -> None:
     )
     p.add_argument("scenario", choices=[*SCENARIOS, "all"], help="scenario name, or 'all' for the suite")
     p.add_argument("--minutes", type=float, default=10.0, help="measured window in minutes")
-    p.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same run")
+    p.add_argument("--seed", type=int, action="append",
+                   help="random seed (the same seed gives the same run); repeat for several: "
+                   "promotion.json pools them (default 0)")
     p.add_argument("--every", type=float, default=30.0, help="seconds between snapshots")
     p.add_argument("--tail", type=float, default=1200.0, help="seconds simulated after the window so outcomes resolve")
     p.add_argument("-o", "--output", metavar="DIR",
-                   help="write events.jsonl, snapshots/, pairs.csv and accuracy.md here")
+                   help="write events.jsonl, snapshots/, pairs.csv, accuracy.md (first seed) and promotion.json here")
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from vecsched.simulate import SCENARIOS, run, table_markdown
+    from vecsched.core.promotion import format_table
+    from vecsched.simulate import SCENARIOS, table_markdown
+    from vecsched.simulate.production import run_seeds
 
+    seeds = args.seed or [0]
+    args.seed = seeds[0]
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
     tables = {}
     for name in names:
@@ -50,10 +56,22 @@ def _simulate(args: argparse.Namespace) -> int:
                 snapshot.to_json(os.path.join(snap_dir, f"{counter[0]:04d}.json"))
                 estimates.to_json(os.path.join(snap_dir, f"{counter[0]:04d}.estimates.json"))
 
-        result = run(name, args.minutes, args.seed, every=args.every, tail=args.tail, on_snapshot=save)
+        first_seed = [True]
+
+        def save_first(snapshot: Any, estimates: Any) -> None:
+            if first_seed[0]:
+                save(snapshot, estimates)
+
+        doc, runs = run_seeds(name, args.minutes, seeds, every=args.every, tail=args.tail,
+                              on_snapshot=save_first, on_run=lambda _r: first_seed.__setitem__(0, False))
+        result = runs[0]
         tables[name] = result.table
         text = table_markdown(result.table)
         print(f"## {name}: {SCENARIOS[name].description}\n\n{text}\n")
+        print(f"promotion, one forecast per request at first sighting:\n{format_table(doc)}\n")
+        if out:
+            with open(os.path.join(out, "promotion.json"), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(doc, indent=1) + "\n")
         if out:
             with open(os.path.join(out, "events.jsonl"), "w", encoding="utf-8") as fh:
                 for event in result.sim.log:

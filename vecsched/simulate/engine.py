@@ -302,6 +302,9 @@ class Simulation:
         self.overhead = overhead  # seconds between a thread freeing and its next pop
         self.fault_rate = fault_rate
         self.poll_delay = poll_delay  # an idle worker notices new work within this
+        # Optional (worker, request, per-job speed) -> (seconds, recorded speed);
+        # None: output / speed (vecsched.simulate.realism sets one).
+        self.job_time: Callable[[SimWorker, SimRequest, float], tuple[float, float]] | None = None
         self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
         self._seq = itertools.count()
         self._ids = itertools.count(1)
@@ -550,6 +553,8 @@ class Simulation:
                      dispatch=dispatch)
         speed = w.true_speed * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else w.true_speed
         duration = r.output / speed
+        if self.job_time is not None:
+            duration, speed = self.job_time(w, r, speed)
         if self.fault_rate and self.rng.random() < self.fault_rate:
             self.at(now + self.rng.uniform(0.1, 1.0) * duration, self._end_job, job, False, speed)
         else:

@@ -20,6 +20,10 @@ from typing import Any, Callable
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, CHAT_OPT_IN, IMAGE, TEXT
 from vecsched.core.rules import model_table
 from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
+from vecsched.simulate.realism import Realism
+from vecsched.simulate.realism import apply as apply_realism
+from vecsched.simulate.realism import arrivals as realistic_arrivals
+from vecsched.simulate.realism import churn as realistic_churn
 
 _TEXT_LENGTHS = ((80, 3), (120, 5), (160, 8), (200, 12), (240, 12), (256, 15), (300, 15), (400, 10), (512, 20))
 _TEXT_CONTEXTS = ((1024, 10), (2048, 30), (4096, 35), (8192, 22), (16384, 3))
@@ -72,6 +76,8 @@ class Scenario:
     model_change_per_min: float = 0.2
     image_options: float = 1.0  # scale of the image option shares
     setup: Callable[[Simulation, "Population"], None] | None = None
+    # Kudos priorities, early stops, bursty arrivals... (vecsched.simulate.realism); None: the plain model.
+    realism: Realism | None = Realism()
 
 
 @lru_cache(maxsize=1)
@@ -345,6 +351,8 @@ def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
     """
     sim = Simulation(seed, start=start)
     pop = Population(sim, scenario)
+    if scenario.realism is not None:
+        apply_realism(sim, pop, scenario.realism)
     end = sim.now + warmup + minutes * 60.0 + tail
     for g, count in ((TEXT, scenario.text_workers), (IMAGE, scenario.image_workers)):
         names = pop.text_models if g == TEXT else pop.image_models
@@ -365,8 +373,14 @@ def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
             continue
         capacity = sum(w.true_speed * w.threads for w in sim.workers.values()
                        if w.gentype == g and not w.paused and not w.maintenance)
-        pop.arrivals(g, load * capacity / pop.mean_work(g), end)
-    pop.churn(end)
+        if scenario.realism is not None:
+            realistic_arrivals(pop, scenario.realism, g, load * capacity / pop.mean_work(g), end)
+        else:
+            pop.arrivals(g, load * capacity / pop.mean_work(g), end)
+    if scenario.realism is not None:
+        realistic_churn(pop, scenario.realism, end)
+    else:
+        pop.churn(end)
     if scenario.setup is not None:
         scenario.setup(sim, pop)
     return sim, pop

@@ -1,0 +1,43 @@
+"""dispatch-replay-v1 beside the SPEC 3-6 estimate on one synthetic horde (docs/replay.md).
+
+    PYTHONPATH=$PWD python benchmarks/replay.py [WORKERS] [REQUESTS] [RUNS]
+
+Runs :func:`vecsched.estimate` with only the replay registered, so the
+``forecasts`` stage is the replay alone (eligible sets included); the other
+stages are SPEC sections 3 to 6. The first run may include numba's compile
+or cache load.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import vecsched
+from vecsched import synthetic
+from vecsched.core import forecasts as F
+from vecsched.core import replay as RP
+
+
+def main(workers: int = 2000, requests: int = 50000, runs: int = 3) -> None:
+    """Print one line per run: SPEC 3-6 seconds, replay seconds, their ratio."""
+    snapshot = synthetic.horde(workers=workers, requests=requests, seed=0)
+    saved = dict(F.ESTIMATORS)
+    F.ESTIMATORS.clear()
+    RP.enable()
+    try:
+        for run in range(runs):
+            t = time.perf_counter()
+            est = vecsched.estimate(snapshot)
+            total = time.perf_counter() - t
+            spec = sum(v for k, v in est.timings.items() if k != "forecasts")
+            replay = est.timings["forecasts"]
+            print(f"run {run}: SPEC 3-6 stages {spec:.2f} s, dispatch-replay-v1 {replay:.2f} s "
+                  f"(ratio {replay / spec:.2f}), total {total:.2f} s")
+    finally:
+        F.ESTIMATORS.clear()
+        F.ESTIMATORS.update(saved)
+
+
+if __name__ == "__main__":
+    main(*(int(a) for a in sys.argv[1:4]))

@@ -1,0 +1,367 @@
+"""dispatch-replay-v1: hand-computed tiny hordes, a plain scalar replay on random hordes, calibrated p90s."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+
+import vecsched
+from vecsched import reference as R
+from vecsched.core import forecasts as F
+from vecsched.core import replay as RP
+
+RP.enable()  # the replay is opt-in; these tests are about it
+from vecsched.core.calibration import calibrated_p90, conformal_quantile
+from vecsched.snapshot.schema import IMAGE, TEXT
+from vecsched.testing.strategies import hordes
+
+NOW = "2026-11-29T12:00:00Z"
+PLAIN = RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)
+
+
+def _t(seconds: float) -> str:
+    from vecsched.snapshot.times import iso
+
+    return iso(vecsched.load_snapshot(_doc([], [])).now + seconds)
+
+
+def _doc(workers, requests, jobs=(), dispatches=()):  # type: ignore[no-untyped-def]
+    return {"format": "vecsched.snapshot/1", "now": NOW, "workers": list(workers), "requests": list(requests),
+            "jobs": list(jobs), "dispatches": list(dispatches)}
+
+
+def _worker(wid, models, speed=10.0, threads=1, user="o"):  # type: ignore[no-untyped-def]
+    return {"id": wid, "user_id": user, "gentype": "text", "speed": speed, "threads": threads, "models": models,
+            "last_check_in": _t(-30), "max_length": 512}
+
+
+def _request(rid, models, age, n=1, length=100, life=1200.0, user="u", priority=0):  # type: ignore[no-untyped-def]
+    return {"id": rid, "user_id": user, "gentype": "text", "n": n, "max_length": length, "models": models,
+            "created": _t(-age), "expiry": _t(-age + life), "extra_priority": priority}
+
+
+def _replay(doc: dict, settings: RP.ReplaySettings = PLAIN) -> dict[str, dict[str, Any]]:
+    """The replay's forecast per request id, run with ``settings``."""
+    original = F.ESTIMATORS[RP.NAME]
+    F.register(RP.DispatchReplayV1(settings=settings))
+    try:
+        est = vecsched.estimate(vecsched.load_snapshot(doc))
+    finally:
+        F.register(original)
+    f = est.forecasts[RP.NAME]
+    return {rid: f.row(k) for k, rid in enumerate(est.request_id)}
+
+
+# -- hand-computed hordes ---------------------------------------------------------------------
+
+
+def test_two_models_each_worker_takes_its_own_queue_in_order() -> None:
+    # A (10 tok/s) serves m1: r1 0-10 s, r2 10-20 s. B (20 tok/s) serves m2: r3 0-10 s.
+    doc = _doc([_worker("A", ["m1"]), _worker("B", ["m2"], speed=20.0)],
+               [_request("r1", ["m1"], 60), _request("r2", ["m1"], 30), _request("r3", ["m2"], 10, length=200)])
+    got = _replay(doc)
+    assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 10.0, 0.0]
+    assert [got[r]["completion_p50"] for r in ("r1", "r2", "r3")] == [10.0, 20.0, 10.0]
+    assert not any(got[r]["predicted_stall"] for r in got)
+
+
+def test_jobs_in_flight_hold_their_thread_and_jobs_spread_over_threads() -> None:
+    # A has 2 threads; one is busy 5 s more (a 100-token job started 5 s ago at 10 tok/s).
+    # r1 has 3 jobs: 0-10 on the free thread, 5-15 on the other, 10-20 on the first again.
+    doc = _doc([_worker("A", ["m"], threads=2)],
+               [_request("r1", ["m"], 60, n=3), _request("old", ["m"], 300, n=0), _request("r2", ["m"], 10)],
+               jobs=[{"id": "j", "request_id": "old", "worker_id": "A", "started": _t(-5), "state": "processing"}])
+    got = _replay(doc)
+    assert got["r1"]["start_p50"] == 0.0 and got["r1"]["completion_p50"] == 20.0
+    assert got["r2"]["start_p50"] == 15.0 and got["r2"]["completion_p50"] == 25.0
+
+
+def test_priority_then_age_and_the_priority_pass_first() -> None:
+    # Queue order: hi (priority 100) before old before vip; A's priority pass takes vip first.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "x",
+                "request_created": _t(-900), "request_extra_priority": 0, "selected_from_priority_queue": False,
+                "priority_user_ids": ["vip"], "dispatched_at": _t(-100), "assigned_work": 1}
+    doc = _doc([_worker("A", ["m"])],
+               [_request("old", ["m"], 60), _request("hi", ["m"], 10, priority=100),
+                _request("vip", ["m"], 5, user="vip")], dispatches=[dispatch])
+    got = _replay(doc)
+    assert [got[r]["start_p50"] for r in ("vip", "hi", "old")] == [0.0, 10.0, 20.0]
+    doc["dispatches"] = []
+    got = _replay(doc)
+    assert [got[r]["start_p50"] for r in ("hi", "old", "vip")] == [0.0, 10.0, 20.0]
+
+
+def test_a_request_that_expires_unstarted_is_a_stall_and_frees_its_turn() -> None:
+    # A is busy until 10 s; r1 expires at 5 s: a stall, and r2 starts at 10 s, not 20 s.
+    doc = _doc([_worker("A", ["m"])],
+               [_request("r1", ["m"], 1195), _request("r2", ["m"], 60), _request("busy", ["m"], 1000, n=0)],
+               jobs=[{"id": "j", "request_id": "busy", "worker_id": "A", "started": _t(0), "state": "processing"}])
+    got = _replay(doc)
+    assert got["r1"]["predicted_stall"] and got["r1"]["start_p50"] == 10.0
+    assert got["r2"]["start_p50"] == 10.0 and not got["r2"]["predicted_stall"]
+
+
+def test_no_eligible_thread_is_unknown_and_a_stall() -> None:
+    got = _replay(_doc([_worker("A", ["m"])], [_request("r", ["other"], 10)]))
+    assert got["r"]["start_p50"] is None and got["r"]["completion_p50"] is None and got["r"]["predicted_stall"]
+
+
+def test_recent_arrivals_repeat_forward_and_age() -> None:
+    # A (1 tok/s) runs `late` (3 jobs of 100 s) from 0, then `new`, then `tail`.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100)])
+    plain = _replay(doc)
+    assert [plain[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]
+    repeated = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    # Copies of `late` (+150 s), `new` (+200 s), `tail` (+250 s) all rank after the existing three.
+    assert [repeated[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]
+    # A high-priority arrival (`vip`, 10 s ago) jumps the queue, and so do its copies:
+    # vip 0-100, late 100-300, vip's copy (arrived +290 s) 300-400, late 400-500,
+    # new 500-600, vip's second copy (+590 s) 600-700, tail 700.
+    doc["requests"].append(_request("vip", ["m"], 10, length=100, priority=10_000))
+    jumped = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    assert jumped["vip"]["start_p50"] == 0.0
+    assert [jumped[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 500.0, 700.0]
+    assert jumped["late"]["completion_p50"] == 500.0
+    # With upstream's aging (+5/s for every waiting request) the copies, 300 s late,
+    # rank 1,500 lower: still ahead of priority 0, so nothing changes here ...
+    aged = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=5.0))
+    assert [aged[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 500.0, 700.0]
+    # ... but at 40/s (12,000 per window) they fall behind everything waiting now.
+    fast = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=40.0))
+    assert [fast[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 400.0, 500.0]
+
+
+# -- the scalar replay ------------------------------------------------------------------------
+
+
+def replay_reference(snapshot: Any, settings: RP.ReplaySettings) -> dict[str, dict[str, Any]]:
+    """A plain replay, straight from the rules: every free thread scans every available request."""
+    p = R.prepare(snapshot)
+    out: dict[str, dict[str, Any]] = {}
+    for gentype in ("text", "image"):
+        out.update(_reference_gentype(snapshot, p, gentype, settings))
+    return out
+
+
+def _reference_gentype(snapshot: Any, p: Any, gentype: str, s: RP.ReplaySettings) -> dict[str, dict[str, Any]]:
+    now = p.now
+    workers = [w for w in p.workers if w["gentype"] == gentype and R.is_online(w, now) and not w["paused"]]
+    waiting = [r for r in p.waiting if r["gentype"] == gentype]
+    eligible = {r["id"]: {w["id"] for w in workers if R.is_eligible(w, r, p.ctx)} for r in waiting}
+    started = {r["id"] for r in waiting if p.jobs_by_request.get(r["id"])}
+    reach = [0.0 if r["id"] in started else r["expiry"] - now for r in waiting if eligible[r["id"]]]
+    horizon = min(s.max_horizon, max(reach, default=0.0))
+    entries = []  # [rank key, id, user, jobs, output, arrival, deadline, eligible]
+    for pos, r in enumerate(waiting):
+        deadline = math.inf if r["id"] in started else r["expiry"] - now
+        entries.append([(-r["extra_priority"], r["created"] - now, pos, 0), r, r["n"], 0.0, deadline])
+    for pos, r in enumerate(waiting):
+        age = now - r["created"]
+        if s.arrival_window <= 0 or age > s.arrival_window:
+            continue
+        k = 1
+        while k * s.arrival_window - age <= horizon:
+            shift = k * s.arrival_window
+            key = (-(r["extra_priority"] - s.aging_per_second * shift), shift - age, len(waiting) + pos, math.inf)
+            entries.append([key, r, r["jobs"], shift - age, shift - age + r["expiry"] - r["created"]])
+            k += 1
+    entries.sort(key=lambda e: e[0])
+    return _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s)
+
+
+def _seconds(output: float, speed: float) -> float:
+    return output / speed if speed > 0 else math.inf
+
+
+def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s):  # type: ignore[no-untyped-def]
+    now = p.now
+    index = {w["id"]: k for k, w in enumerate(workers)}
+    speed = [R.effective_speed(w) for w in workers]
+    favoured: dict[str, tuple[float, list[str]]] = {}
+    for d in snapshot.dispatches:
+        if d["worker_id"] not in favoured or d["dispatched_at"] >= favoured[d["worker_id"]][0]:
+            favoured[d["worker_id"]] = (d["dispatched_at"], list(d.get("priority_user_ids") or []))
+    heap = []
+    for k, w in enumerate(workers):
+        busy = sorted(max(0.0, _seconds(R.job_output(p.request_by_id[j["request_id"]]), speed[k]) - (now - j["started"]))
+                      for j in p.jobs if j["worker_id"] == w["id"] and j["state"] == "processing"
+                      and j["request_id"] in p.request_by_id)[: w["threads"]]
+        heap += [(t, k) for t in busy] + [(0.0, k)] * max(0, w["threads"] - len(busy))
+    heapq.heapify(heap)
+    left = [e[2] for e in entries]
+    start, done = [None] * len(entries), [-1.0] * len(entries)
+    arrivals = sorted(e[3] for e in entries)
+    while heap:
+        t, k = heapq.heappop(heap)
+        if t > horizon:
+            break
+        wid = workers[k]["id"]
+        ok = [j for j, e in enumerate(entries) if left[j] > 0 and e[3] <= t and wid in eligible[e[1]["id"]]
+              and (start[j] is not None or e[4] > t)]
+        users = favoured.get(wid, ("", []))[1]
+        mine = [j for j in ok if entries[j][1]["user_id"] in users]
+        pick = (mine or ok or [None])[0]
+        if pick is None:
+            later = [a for a in arrivals if a > t]
+            heapq.heappush(heap, (max(t + s.poll, later[0]) if later else t + s.poll, k))
+            continue
+        start[pick] = t if start[pick] is None else start[pick]
+        finish = t + (R.job_output(entries[pick][1]) / speed[k] if speed[k] > 0 else math.inf)
+        done[pick] = max(done[pick], finish)
+        left[pick] -= 1
+        heapq.heappush(heap, (finish + s.overhead, k))
+    out = {}
+    for j, e in enumerate(entries):
+        if e[0][3] == math.inf:
+            continue
+        rid = e[1]["id"]
+        out[rid] = {"start": 0.0 if rid in started else start[j], "done": done[j] if left[j] == 0 else None,
+                    "inflight": R.in_flight_part(e[1], p),
+                    "stall": rid not in started and (start[j] is None or not eligible[rid])}
+    return out
+
+
+def _check_against_reference(doc: dict, settings: RP.ReplaySettings) -> None:
+    snapshot = vecsched.load_snapshot(doc)
+    want = replay_reference(snapshot, settings)
+    got = _replay(doc, settings)
+    assert set(got) == set(want)
+    for rid, w in want.items():
+        g = got[rid]
+        assert g["predicted_stall"] == w["stall"], (rid, g, w)
+        if w["start"] is not None and not w["stall"]:
+            assert g["start_p50"] == pytest.approx(w["start"], abs=1e-6), (rid, g, w)
+        if w["done"] is not None and not w["stall"]:
+            if math.isnan(w["inflight"]):  # a job of it on a worker measured at speed 0: unknown
+                assert g["completion_p50"] is None, (rid, g, w)
+            else:
+                assert g["completion_p50"] == pytest.approx(max(w["done"], w["inflight"]), abs=1e-6), (rid, g, w)
+
+
+REPLAYS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@REPLAYS
+@given(doc=hordes(max_workers=6, max_requests=12))
+def test_replay_equals_the_scalar_replay(doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=0.0, poll=2.0, overhead=0.5))
+
+
+@REPLAYS
+@given(doc=hordes(max_workers=5, max_requests=10))
+def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+
+
+@pytest.fixture
+def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every replay runs the numba-compiled loop (small ones run interpreted by default)."""
+    from vecsched.core import replay_kernel as K
+
+    monkeypatch.setattr(K, "COMPILE_FROM", 0)
+    assert K.loop_for(0) is not K._KERNEL and "replay_loop" in K._compiled
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(doc=hordes(max_workers=5, max_requests=10))
+def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+
+
+# -- calibrated p90 ---------------------------------------------------------------------------
+
+
+def _pairs(rng: np.random.Generator, n: int, gentype: str = "text", phase: str = "start") -> dict[str, np.ndarray]:
+    """Pairs whose error grows with the p50 and shrinks with the eligible threads (as the replay's do)."""
+    p50 = rng.uniform(0.0, 1500.0, n)
+    threads = np.where(rng.random(n) < 0.2, 0, rng.integers(1, 40, n))  # a fifth on fallback
+    spread = (30.0 + 0.6 * p50) / np.sqrt(1.0 + threads)
+    observed = np.maximum(p50 + spread * rng.standard_normal(n) + 0.2 * spread, 0.0)
+    return {"gentype": np.full(n, gentype, dtype=object), "phase": np.full(n, phase, dtype=object),
+            "p50": p50, "observed": observed, "threads": threads}
+
+
+def _coverage(p90: np.ndarray, observed: np.ndarray) -> float:
+    return float(np.mean(observed <= p90))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_conformal_p90_covers_90_percent_where_the_provisional_margin_does_not(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    calibration = {"pairs": _pairs(rng, 20_000), "min_pairs": 100}
+    fresh = _pairs(rng, 20_000)
+    gentype = np.full(len(fresh["p50"]), TEXT)
+    p90 = calibrated_p90(fresh["p50"], phase="start", gentype=gentype, threads=fresh["threads"], calibration=calibration)
+    assert 0.87 <= _coverage(p90, fresh["observed"]) <= 0.93
+    # Per p50 band and per thread band too: the cells condition on what the error depends on.
+    for low, high in ((0, 60), (60, 300), (300, 900), (900, 2000)):
+        band = (fresh["p50"] >= low) & (fresh["p50"] < high)
+        assert 0.85 <= _coverage(p90[band], fresh["observed"][band]) <= 0.95, (low, high)
+    for low, high in ((0, 1), (1, 5), (5, 21), (21, 100)):
+        band = (fresh["threads"] >= low) & (fresh["threads"] < high)
+        assert 0.85 <= _coverage(p90[band], fresh["observed"][band]) <= 0.95, (low, high)
+    provisional = F.provisional_p90(fresh["p50"])
+    few = fresh["threads"] == 0
+    assert not 0.85 <= _coverage(provisional[few], fresh["observed"][few]) <= 0.95
+
+
+def test_calibration_keeps_gentypes_and_phases_apart_and_falls_back() -> None:
+    rng = np.random.default_rng(5)
+    text_start = _pairs(rng, 5_000)
+    pairs = {k: np.asarray(v) for k, v in text_start.items()}
+    p50 = np.array([100.0, 100.0, 100.0])
+    gentype = np.array([TEXT, IMAGE, TEXT])
+    got = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]), calibration={"pairs": pairs})
+    assert got[0] != 160.0 and got[1] == 160.0  # image: no pairs, provisional
+    completion = calibrated_p90(p50, phase="completion", gentype=gentype, threads=np.array([3, 3, 3]),
+                                calibration={"pairs": pairs})
+    assert completion.tolist() == [160.0, 160.0, 160.0]  # no completion pairs
+    scarce = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]),
+                            calibration={"pairs": pairs, "min_pairs": 100_000})
+    assert scarce.tolist() == [160.0, 160.0, 160.0]
+    assert calibrated_p90(p50, phase="start", gentype=gentype, threads=np.zeros(3), calibration=None).tolist() == [160.0] * 3
+    assert math.isinf(conformal_quantile(np.zeros(5)))
+
+
+def test_the_replay_takes_its_p90_from_the_calibration_it_is_handed() -> None:
+    doc = _doc([_worker("A", ["m"])], [_request("r1", ["m"], 60), _request("r2", ["m"], 30)])
+    snap = vecsched.load_snapshot(doc)
+    plain = vecsched.estimate(snap).forecasts[RP.NAME]
+    assert plain.start_p90.tolist() == F.provisional_p90(plain.start_p50).tolist()
+    n = 1_000
+    pairs = {"gentype": ["text"] * n, "phase": ["start"] * n, "p50": np.full(n, 5.0),
+             "observed": 5.0 + np.linspace(0.0, 20.0, n), "threads": np.ones(n, dtype=int)}
+    tuned = vecsched.estimate(snap, calibration={RP.NAME: {"pairs": pairs}}).forecasts[RP.NAME]
+    assert tuned.start_p50.tolist() == plain.start_p50.tolist()
+    assert tuned.start_p90 == pytest.approx(tuned.start_p50 + 18.02, abs=0.05)
+
+
+def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -> None:
+    # `gone` (created 100 s ago, priority 10,000) was popped by A 90 s ago and waits no more:
+    # only the dispatch shows it. Its copies arrive at +200 s and +500 s and go first:
+    # late 0-100, 100-200, copy 200-300, late 300-400, new 400-500, copy 500-600, tail 600.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "gone",
+                "request_created": _t(-100), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-90), "assigned_work": 100}
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100)], dispatches=[dispatch])
+    on = RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0, served_arrivals=(TEXT,))
+    got = _replay(doc, on)
+    assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 400.0, 600.0]
+    assert got["late"]["completion_p50"] == 400.0
+    off = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    assert [off[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]  # text: off by default
+

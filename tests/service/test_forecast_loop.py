@@ -1,0 +1,280 @@
+"""The forecast loop on the real servers: first write wins, pairing in any order, drops, TTLs, the job."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing
+import secrets
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+from typing import Iterator
+
+import pytest
+
+from vecsched.service.forecasts_store import ForecastRecorder, MemoryPairs, RedisPairs
+
+REDIS = "redis://127.0.0.1:6379/0"
+FORECAST = {"start_p50": 30.0, "start_p90": 90.0, "completion_p50": 60.0, "completion_p90": 120.0,
+            "predicted_stall": False}
+
+
+@pytest.fixture
+def redis_pairs() -> Iterator[RedisPairs]:
+    backend = RedisPairs(REDIS, prefix="vs-test-fc-" + secrets.token_hex(5))
+    try:
+        backend.client.ping()
+    except Exception as exc:  # pragma: no cover
+        pytest.skip(f"Redis not reachable: {exc}")
+    yield backend
+    backend.drop_all()
+
+
+@pytest.fixture(params=["redis", "sql", "memory"])
+def backend(request: pytest.FixtureRequest, tmp_path) -> Iterator[object]:
+    if request.param == "redis":
+        yield request.getfixturevalue("redis_pairs")
+    elif request.param == "sql":
+        from vecsched.service.forecasts_sql import SQLPairs
+
+        yield SQLPairs(f"sqlite:///{tmp_path / 'pairs.sqlite'}")
+    else:
+        yield MemoryPairs()
+
+
+def _race(prefix: str, name: str, barrier: object, value: float) -> None:
+    backend = RedisPairs(REDIS, prefix=prefix)
+    recorder = ForecastRecorder(backend)
+    forecast = dict(FORECAST, start_p50=value, completion_p50=value)
+    barrier.wait()  # type: ignore[attr-defined]
+    for k in range(50):
+        recorder.record_forecasts([(f"r{k}", "text", time.time() + 600, {"a": forecast, "b": forecast})],
+                                  now=value)
+
+
+def test_two_processes_racing_keep_one_whole_forecast(redis_pairs: RedisPairs) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [ctx.Process(target=_race, args=(redis_pairs.prefix, "x", barrier, float(v))) for v in (1000.0, 2000.0)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    for k in range(50):
+        record = redis_pairs.record(f"r{k}")
+        a, b = json.loads(record["forecast:a"]), json.loads(record["forecast:b"])
+        # Each field whole from one writer: its p50 matches its own forecasted_at.
+        assert a["start_p50"] == a["forecasted_at"] and b["start_p50"] == b["forecasted_at"]
+    pairs = redis_pairs.pairs(0, 1e12)
+    counted = Counter((p.estimator, p.request_id) for p in pairs if p.phase == "forecast")
+    assert len(counted) == 100 and set(counted.values()) == {1}
+
+
+EVENT_SETS = {
+    # outcome events -> the pairs each estimator must get, exactly once
+    "completed": ([("started_at", 130.0), ("completed_at", 160.0)], {"forecast", "start", "completion", "stall"}),
+    "expired": ([("expired_without_start", 700.0)], {"forecast", "stall"}),
+    "cancelled_after_start": ([("started_at", 130.0), ("cancelled_at", 140.0)], {"forecast", "start", "stall", "cancelled"}),
+    "cancelled_unstarted": ([("cancelled_at", 140.0)], {"forecast", "cancelled"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EVENT_SETS))
+def test_every_order_pairs_and_validates_once(backend: object, case: str) -> None:
+    outcomes, want = EVENT_SETS[case]
+    t0 = round(time.time())  # records live until expiry + grace: times must be current
+    events = [("forecast", None)] + [(kind, t0 + at) for kind, at in outcomes]
+    for n, order in enumerate(itertools.permutations(events)):
+        rid = f"{case}-{n}"
+        recorder = ForecastRecorder(backend)  # type: ignore[arg-type]
+        for kind, at in list(order) + list(order):  # every event twice: duplicates change nothing
+            if kind == "forecast":
+                recorder.record_forecasts([(rid, "image", t0 + 700.0, {"x": FORECAST, "y": FORECAST})],
+                                          now=t0 + 100.0)
+            else:
+                recorder.record_outcomes([(rid, kind, at, t0 + 700.0)])
+        got = Counter((p.estimator, p.phase) for p in backend.pairs(0, 1e12) if p.request_id == rid)  # type: ignore[attr-defined]
+        assert got == Counter({(e, ph): 1 for e in ("x", "y") for ph in want}), (order, got)
+        by_phase = {p.phase: p for p in backend.pairs(0, 1e12) if p.request_id == rid and p.estimator == "x"}  # type: ignore[attr-defined]
+        if "start" in want:
+            assert by_phase["start"].observed == 30.0 and by_phase["start"].p50 == 30.0
+        if "completion" in want:
+            assert by_phase["completion"].observed == 60.0
+        if "stall" in want:
+            assert by_phase["stall"].observed == (1.0 if case == "expired" else 0.0)
+            assert by_phase["stall"].gentype == "image"
+
+
+def test_start_before_the_first_sighting_pairs_no_start(backend: object) -> None:
+    recorder = ForecastRecorder(backend)  # type: ignore[arg-type]
+    t0 = time.time()
+    recorder.record_outcomes([("early", "started_at", t0 + 90.0, None)])
+    recorder.record_forecasts([("early", "text", t0 + 700.0, {"x": FORECAST})], now=t0 + 100.0)
+    recorder.record_outcomes([("early", "completed_at", t0 + 150.0, None)])
+    phases = sorted(p.phase for p in backend.pairs(0, 1e12))  # type: ignore[attr-defined]
+    assert phases == ["completion", "forecast"]
+
+
+def test_ttl_covers_expiry_plus_grace_and_never_shrinks(redis_pairs: RedisPairs) -> None:
+    recorder = ForecastRecorder(redis_pairs)
+    now = time.time()
+    recorder.record_forecasts([("t1", "text", now + 1200, {"x": FORECAST})], now=now)
+    key = redis_pairs.key("t1")
+    ttl = redis_pairs.client.ttl(key)
+    assert 1200 + 600 - 5 <= ttl <= 1200 + 600 + 1
+    recorder.record_outcomes([("t1", "started_at", now + 10, None)])  # wants only now + 610
+    assert redis_pairs.client.ttl(key) >= 1200 + 600 - 5
+    # An outcome first (no expiry known) lives past its time; the forecast then extends it.
+    recorder.record_outcomes([("t2", "cancelled_at", now, None)])
+    assert 590 <= redis_pairs.client.ttl(redis_pairs.key("t2")) <= 601
+    recorder.record_forecasts([("t2", "text", now + 3000, {"x": FORECAST})], now=now)
+    assert redis_pairs.client.ttl(redis_pairs.key("t2")) >= 3000 + 600 - 5
+
+
+def test_outcomes_api_never_blocks_and_counts_a_full_queue() -> None:
+    import threading
+
+    from vecsched import outcomes
+
+    gate = threading.Event()
+
+    class Slow:
+        def record_outcomes(self, rows):
+            gate.wait(10)
+
+    writer = outcomes.configure(Slow(), maxsize=2)  # type: ignore[arg-type]
+    try:
+        started = time.perf_counter()
+        results = [outcomes.record_start(f"r{k}", gentype="text", at=1.0) for k in range(10)]
+        assert time.perf_counter() - started < 0.5
+        assert results.count(False) >= 7 and writer.dropped.get("queue_full", 0) == results.count(False)
+    finally:
+        gate.set()
+        outcomes.configure(None)
+
+
+def test_stopped_redis_drops_events_with_a_counted_reason(private_redis) -> None:
+    from vecsched import outcomes
+
+    recorder = ForecastRecorder(RedisPairs(private_redis.url, prefix="fault"))
+    writer = outcomes.configure(recorder)
+    try:
+        t0 = round(time.time())
+        assert outcomes.record_start("r1", gentype="text", at=t0)
+        assert writer.flush(10)
+        assert float(recorder.backend.record("r1")["started_at"]) == t0
+        private_redis.stop()
+        for k in range(3):  # never raises into the caller
+            assert outcomes.record_completion(f"r{k}", gentype="text", at=t0 + 20) is True
+        assert outcomes.record_cancellation("r9", at="not a time") is True
+        assert writer.flush(30)
+        assert writer.dropped == {"store_error": 3, "processing_error": 1}
+    finally:
+        outcomes.configure(None)
+
+
+def test_dropped_counter_reaches_opentelemetry() -> None:
+    # In a child process: the global meter provider is set once per process.
+    code = textwrap.dedent("""
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        from vecsched.service.forecast_metrics import count_dropped
+        count_dropped("queue_full"); count_dropped("store_error", 3)
+        data = reader.get_metrics_data()
+        points = {}
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == "vecsched.forecast.events_dropped":
+                        for p in m.data.data_points:
+                            points[p.attributes["reason"]] = p.value
+        print(sorted(points.items()))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[('queue_full', 1), ('store_error', 3)]"
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
+
+
+def _snapshot(now: float, requests: list, jobs: list) -> object:
+    import vecsched
+
+    return vecsched.load_snapshot({
+        "format": "vecsched.snapshot/1", "now": _iso(now),
+        "workers": [{"id": "w1", "user_id": "o", "gentype": "text", "speed": 10.0, "threads": 1,
+                     "models": ["m"], "last_check_in": _iso(now - 10), "max_length": 512}],
+        "requests": requests, "jobs": jobs})
+
+
+def _req(rid: str, t0: float, **kw: object) -> dict:
+    return {"id": rid, "user_id": "u", "gentype": "text", "models": ["m"], "max_length": 100,
+            "created": _iso(t0 - 5), "expiry": _iso(t0 + kw.pop("expires_in", 600)), "n": 1, "jobs": 1, **kw}
+
+
+def test_the_job_records_first_sightings_and_derives_outcomes(redis_store) -> None:
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+    from vecsched.service.job import run_cycle
+    from vecsched.service.promotion import read_promotion
+
+    t0 = round(time.time())
+    a, b, c = _req("a", t0), _req("b", t0), _req("c", t0, expires_in=40)
+    cycles = [
+        (t0, [a, b, c], []),
+        # a assigned at t0 + 20; b gone before its expiry, unstarted: cancelled
+        (t0 + 30, [dict(a, n=0), c], [{"id": "j1", "request_id": "a", "worker_id": "w1",
+                                       "started": _iso(t0 + 20), "state": "processing"}]),
+        # a's only job finished: completed; c past expiry, never started: expired
+        (t0 + 60, [dict(a, n=0), c], [{"id": "j1", "request_id": "a", "worker_id": "w1",
+                                       "started": _iso(t0 + 20), "state": "finished"}]),
+    ]
+    tracker = ForecastTracker(recorder_for(redis_store))
+    for now, requests, jobs in cycles:
+        snap = _snapshot(now, requests, jobs)
+        report = run_cycle(lambda _now, s=snap: s, redis_store, lambda n=now: n, forecasts=tracker)
+        assert report.ok, report.error
+    backend = tracker.recorder.backend
+    record = backend.record("a")
+    assert json.loads(record["forecast:eligible-share-v1"])["forecasted_at"] == t0
+    assert float(record["started_at"]) == t0 + 20 and float(record["completed_at"]) == t0 + 60
+    assert "cancelled_at" in backend.record("b") and "expired_without_start" in backend.record("c")
+    pairs = {(p.estimator, p.request_id, p.phase): p for p in backend.pairs(0, 1e12)}
+    for name in ("compatible-queue-v1", "eligible-share-v1", "adr-wait", "horde-wide"):
+        assert pairs[(name, "a", "start")].observed == 20.0
+        assert pairs[(name, "a", "completion")].observed == 60.0
+        assert pairs[(name, "c", "stall")].observed == 1.0
+        assert (name, "b", "cancelled") in pairs and (name, "b", "stall") not in pairs
+    # a second tracker (another process) records nothing new over the first forecasts
+    other = ForecastTracker(recorder_for(redis_store))
+    other.observe(_snapshot(t0 + 5, [a, b, c], []), __import__("vecsched").estimate(_snapshot(t0 + 5, [a, b, c], [])),
+                  t0 + 5)
+    assert json.loads(backend.record("a")["forecast:eligible-share-v1"])["forecasted_at"] == t0
+    doc = read_promotion(backend, now=t0 + 61, window=86400)
+    text = doc["estimators"]["eligible-share-v1"]["text"]
+    assert text["start"]["pairs"] == 1 and text["completion"]["pairs"] == 1
+    assert text["stall"]["predictions"] == 2 and text["stall"]["stalls"] == 1
+    assert text["start"]["expired_share"] == pytest.approx(1 / 3)
+    assert text["start"]["cancelled_share"] == pytest.approx(1 / 3)
+
+
+def test_sql_records_expire_and_pairs_leave_the_window(tmp_path) -> None:
+    from vecsched.service.forecasts_sql import SQLPairs
+
+    backend = SQLPairs(f"sqlite:///{tmp_path / 'p.sqlite'}")
+    recorder = ForecastRecorder(backend)
+    recorder.record_forecasts([("old", "text", 1000.0, {"x": FORECAST})], now=900.0)  # lives to 1600
+    recorder.record_forecasts([("new", "text", 5000.0, {"x": FORECAST})], now=4000.0)
+    backend.trim(3000.0, now=2000.0)
+    assert backend.record("old") == {} and "forecast:x" in backend.record("new")
+    assert [p.request_id for p in backend.pairs(0, 1e12)] == ["new"]

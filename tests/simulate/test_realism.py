@@ -1,0 +1,71 @@
+"""The realistic simulator: kudos priorities, early stops, growing impatience, waves; still deterministic."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from vecsched.simulate import scenario
+from vecsched.simulate.engine import EPOCH, SimRequest, SimWorker, Simulation
+from vecsched.simulate.realism import Realism, job_time
+from vecsched.simulate.scenarios import build
+
+
+def _run(seed: int, minutes: float = 3.0):
+    sim, pop = build(scenario("steady", text_workers=20, image_workers=10), seed, minutes, warmup=60, tail=300)
+    sim.run_until(sim.now + 60 + minutes * 60 + 300)
+    return sim, pop
+
+
+def test_realistic_runs_are_deterministic_per_seed() -> None:
+    def log(seed):
+        sim, _ = _run(seed, 1.0)
+        return json.dumps(sim.log[:3000], default=str)
+
+    assert log(5) == log(5)
+    assert log(5) != log(6)
+
+
+def test_kudos_scale_priorities_and_growing_impatience() -> None:
+    sim, pop = _run(0)
+    kudos = np.array(list(pop.user_priority.values()))
+    assert 0.4 < (kudos == 0).mean() < 0.7  # anonymous users
+    assert kudos.max() > 100_000 and np.median(kudos[kudos > 0]) > 300
+    cancelled = [r for r in sim.requests.values() if r.status == "cancelled"]
+    assert cancelled and all(r.started_at is None for r in cancelled)  # nobody watching progress gives up
+    # Weibull patience with shape > 1: of those still waiting, more give up per minute later on.
+    import random
+
+    rng, re = random.Random(1), Realism()
+    patience = np.array([rng.weibullvariate(re.patience_scale, re.patience_shape) for _ in range(20000)])
+
+    def hazard(a, b):
+        return ((patience >= a) & (patience < b)).sum() / (patience >= a).sum()
+
+    assert hazard(600, 660) > 2 * hazard(60, 120)
+
+
+def test_early_stops_prompt_time_and_non_linear_images() -> None:
+    import random
+
+    rng = random.Random(0)
+    realism = Realism()
+    w = SimWorker("w", "o", 0, ("m",), true_speed=10.0)
+    r = SimRequest("r", "u", 0, EPOCH, n=1, models=("m",), max_length=500, max_context_length=4096)
+    times = [job_time(realism, rng, w, r, 10.0) for _ in range(400)]
+    seconds = np.array([t for t, _ in times])
+    assert (seconds < 50.0).mean() > 0.5  # most stop before 500 tokens at 10 tokens/s
+    assert seconds.min() > 0.0 and seconds.max() > 50.0  # a full output plus its prompt takes longer
+    iw = SimWorker("i", "o", 1, ("sd",), true_speed=1e6)
+    small = SimRequest("s", "u", 1, EPOCH, n=1, width=512, height=512, steps=30)
+    large = SimRequest("l", "u", 1, EPOCH, n=1, width=1024, height=1024, steps=30)
+    per_pixel_small = np.mean([job_time(realism, rng, iw, small, 1e6)[0] - 2.5 for _ in range(200)]) / small.output
+    per_pixel_large = np.mean([job_time(realism, rng, iw, large, 1e6)[0] - 2.5 for _ in range(200)]) / large.output
+    assert per_pixel_large > 1.3 * per_pixel_small
+
+
+def test_plain_model_is_still_available() -> None:
+    sim = Simulation(seed=1, noise=0.0, overhead=(0.0, 0.0), poll_delay=0.0)
+    assert sim.job_time is None
+    assert scenario("steady", realism=None).realism is None

@@ -1,0 +1,327 @@
+"""Recorded forecasts and their outcomes, paired in any order (SPEC.md section 8).
+
+Every request gets one short-lived *record*: a hash of fields, each set once
+(the first write wins, also across job processes):
+
+- ``forecast:NAME``: the estimator's whole forecast as JSON, with
+  ``forecasted_at``, ``gentype`` and ``expiry`` (one field per estimator, so two
+  writers never mix halves of two forecasts);
+- ``started_at``, ``completed_at``, ``expired_without_start``, ``cancelled_at``:
+  outcome times, epoch seconds;
+- ``v:NAME:PHASE``: a claim that the pair (NAME, PHASE) was validated; only the
+  writer whose claim succeeds adds the pair, so each pair counts exactly once.
+
+The record lives until the request's expiry plus :data:`GRACE_SECONDS`
+(a later write only ever extends it). Whoever writes a field reads the whole
+record back and claims every pair it now completes, so a pair forms whichever
+of forecast and outcome came first.
+
+Validated pairs are kept per (estimator, gentype, phase) for the rolling
+window, scored by their time; phases: ``start``, ``completion``, ``stall``
+(expiry before first assignment, predicted or not), and the counters
+``forecast`` and ``cancelled`` for the shares beside each series.
+
+Backends: :class:`MemoryPairs` here (the simulator, tests); the service's
+:class:`~vecsched.service.forecasts_store.RedisPairs` (layout in
+docs/forecasts.md) and :class:`~vecsched.service.forecasts_sql.SQLPairs`.
+No I/O here: the simulator scores with the very same rules.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Protocol, Sequence
+
+GRACE_SECONDS = 600.0
+WINDOW_SECONDS = 86_400.0
+VERDICT_KEEP_SECONDS = 3 * 86_400.0
+OUTCOME_FIELDS = ("started_at", "completed_at", "expired_without_start", "cancelled_at")
+PHASES = ("start", "completion", "stall")
+COUNTERS = ("forecast", "cancelled")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One validated pair: a forecast and what happened.
+
+    ``observed`` is seconds from the forecast to the outcome (``start``,
+    ``completion``), or 1.0 / 0.0 for an observed stall / none (``stall``);
+    counters carry 0. ``predicted_stall`` is the forecast's stall prediction.
+
+    Examples
+    --------
+    >>> p = Pair("eligible-share-v1", "text", "start", "r1", 10.0, 5.0, 65.0, 7.0, False)
+    >>> Pair.from_json(p.estimator, p.gentype, p.phase, p.to_json(), p.at) == p
+    True
+    """
+
+    estimator: str
+    gentype: str
+    phase: str
+    request_id: str
+    at: float
+    p50: float | None
+    p90: float | None
+    observed: float
+    predicted_stall: bool
+
+    def to_json(self) -> str:
+        """The stored member (estimator, gentype and phase live in the key)."""
+        return json.dumps([self.request_id, self.p50, self.p90, self.observed, self.predicted_stall],
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, estimator: str, gentype: str, phase: str, text: str | bytes, at: float) -> "Pair":
+        """The pair a stored member describes."""
+        rid, p50, p90, observed, stall = json.loads(text)
+        return cls(estimator, gentype, phase, rid, float(at), p50, p90, float(observed), bool(stall))
+
+
+@dataclass(frozen=True)
+class Write:
+    """Fields to set once on one request's record, and the time it must live until."""
+
+    request_id: str
+    fields: Mapping[str, str]
+    expire_at: float
+
+
+class PairBackend(Protocol):
+    """What :class:`ForecastRecorder` needs of a store."""
+
+    def write(self, writes: Sequence[Write]) -> list[dict[str, str]]:
+        """Set each absent field, extend each record's life; return each whole record after."""
+        ...
+
+    def claim(self, claims: Sequence[tuple[str, str]]) -> list[bool]:
+        """Set each (request_id, claim field) once; True where this call set it."""
+        ...
+
+    def add_pairs(self, pairs: Sequence[Pair]) -> None:
+        """Keep validated pairs for the window."""
+        ...
+
+    def pairs(self, since: float, until: float) -> list[Pair]:
+        """Every kept pair with ``since <= at <= until``."""
+        ...
+
+    def trim(self, before: float, now: float | None = None) -> None:
+        """Forget pairs older than ``before`` (and records expired by ``now``, where TTLs are not native)."""
+        ...
+
+    def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
+        """Keep one hourly verdict."""
+        ...
+
+    def verdicts(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        """Kept verdicts since ``since``, oldest first."""
+        ...
+
+    def record(self, request_id: str) -> dict[str, str]:
+        """One request's record (empty when there is none)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------
+# Pairing: which pairs a record completes
+# ---------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return None if math.isnan(value) else value
+
+
+def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[str, Pair]]:
+    """Every pair ``record`` completes, with the claim field that makes it count once.
+
+    Rules (SPEC section 8): a start pairs whenever it was seen (also before a
+    cancellation); completion and stall pairs leave cancelled requests out; a
+    stall resolves at the first start (none) or at an expiry without start. A
+    start before the forecast (the request was already assigned when first
+    seen) pairs neither start nor stall.
+
+    Examples
+    --------
+    >>> fc = json.dumps({"start_p50": 5.0, "start_p90": 65.0, "completion_p50": 9.0,
+    ...                  "completion_p90": 69.0, "predicted_stall": False,
+    ...                  "forecasted_at": 100.0, "gentype": "text"})
+    >>> [c for c, _ in candidate_pairs("r1", {"forecast:x": fc, "started_at": "112.0"})]
+    ['v:x:forecast', 'v:x:start', 'v:x:stall']
+    """
+    out: list[tuple[str, Pair]] = []
+    started = _number(record.get("started_at"))
+    completed = _number(record.get("completed_at"))
+    expired = _number(record.get("expired_without_start"))
+    cancelled = _number(record.get("cancelled_at"))
+    for key, text in record.items():
+        if not key.startswith("forecast:"):
+            continue
+        name = key[len("forecast:"):]
+        f = json.loads(text)
+        at0, gentype, stall = float(f["forecasted_at"]), str(f["gentype"]), bool(f["predicted_stall"])
+
+        def pair(phase: str, at: float, p50: Any = None, p90: Any = None, observed: float = 0.0) -> tuple[str, Pair]:
+            return f"v:{name}:{phase}", Pair(name, gentype, phase, request_id, at, _number(p50), _number(p90),
+                                            observed, stall)
+
+        out.append(pair("forecast", at0))
+        # A request already assigned when first forecast has no start (nor stall) to predict.
+        started_after = started is not None and started >= at0
+        if started_after:
+            out.append(pair("start", started, f["start_p50"], f["start_p90"], started - at0))
+        if completed is not None and cancelled is None:
+            out.append(pair("completion", completed, f["completion_p50"], f["completion_p90"],
+                            max(0.0, completed - at0)))
+        if started_after:
+            out.append(pair("stall", started, observed=0.0))
+        elif expired is not None and cancelled is None:
+            out.append(pair("stall", expired, observed=1.0))
+        if cancelled is not None:
+            out.append(pair("cancelled", cancelled))
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# The recorder: forecasts and outcomes in, validated pairs out
+# ---------------------------------------------------------------------------------
+
+
+class ForecastRecorder:
+    """Write forecasts and outcomes to a :class:`PairBackend` and validate what they pair.
+
+    Parameters
+    ----------
+    backend : PairBackend
+    grace : float
+        Seconds a record outlives the request's expiry (or the outcome's time).
+    window : float
+        Seconds validated pairs are kept.
+
+    Examples
+    --------
+    >>> rec = ForecastRecorder(MemoryPairs())
+    >>> fc = {"start_p50": 5.0, "start_p90": 65.0, "completion_p50": 9.0,
+    ...       "completion_p90": 69.0, "predicted_stall": False}
+    >>> [p.phase for p in rec.record_forecasts([("r1", "text", 700.0, {"v1": fc})], now=100.0)]
+    ['forecast']
+    >>> [(p.phase, p.observed) for p in rec.record_outcomes([("r1", "started_at", 112.0, None)])]
+    [('start', 12.0), ('stall', 0.0)]
+    """
+
+    def __init__(self, backend: PairBackend, *, grace: float = GRACE_SECONDS, window: float = WINDOW_SECONDS,
+                 observe: Any = None):
+        self.backend = backend
+        self.observe = observe  # called with each batch of new pairs (the service: OpenTelemetry)
+        self.grace = grace
+        self.window = window
+
+    def record_forecasts(
+        self, forecasts: Iterable[tuple[str, str, float, Mapping[str, Mapping[str, Any]]]], *, now: float
+    ) -> list[Pair]:
+        """Record ``(request_id, gentype, expiry, {estimator: forecast})`` rows first seen at ``now``."""
+        writes = []
+        for rid, gentype, expiry, by_name in forecasts:
+            fields = {}
+            for name, forecast in by_name.items():
+                doc = dict(forecast, forecasted_at=now, gentype=gentype, expiry=expiry)
+                fields[f"forecast:{name}"] = json.dumps(doc, separators=(",", ":"))
+            writes.append(Write(rid, fields, max(expiry, now) + self.grace))
+        return self._apply(writes)
+
+    def record_outcomes(self, outcomes: Iterable[tuple[str, str, float, float | None]]) -> list[Pair]:
+        """Record ``(request_id, outcome field, at, expiry or None)`` rows; return the pairs they complete."""
+        writes = []
+        for rid, name, at, expiry in outcomes:
+            if name not in OUTCOME_FIELDS:
+                raise ValueError(f"unknown outcome field {name!r}")
+            until = max(at, expiry if expiry is not None else at) + self.grace
+            writes.append(Write(rid, {name: repr(float(at))}, until))
+        return self._apply(writes)
+
+    def _apply(self, writes: list[Write]) -> list[Pair]:
+        if not writes:
+            return []
+        records = self.backend.write(writes)
+        candidates = [c for w, rec in zip(writes, records) for c in candidate_pairs(w.request_id, rec)]
+        if not candidates:
+            return []
+        won = self.backend.claim([(p.request_id, field) for field, p in candidates])
+        pairs = [p for (_, p), ok in zip(candidates, won) if ok]
+        if pairs:
+            self.backend.add_pairs(pairs)
+            if self.observe is not None:
+                self.observe(pairs)
+        return pairs
+
+
+# ---------------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------------
+
+
+class MemoryPairs:
+    """An in-process backend (the simulator, tests); TTLs are not enforced.
+
+    Examples
+    --------
+    >>> m = MemoryPairs()
+    >>> m.claim([("r", "v:x:start"), ("r", "v:x:start")])
+    [True, False]
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[str, dict[str, str]] = {}
+        self._pairs: list[Pair] = []
+        self._verdicts: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def write(self, writes: Sequence[Write]) -> list[dict[str, str]]:
+        with self._lock:
+            out = []
+            for w in writes:
+                rec = self._records.setdefault(w.request_id, {})
+                for k, v in w.fields.items():
+                    rec.setdefault(k, v)
+                out.append(dict(rec))
+            return out
+
+    def claim(self, claims: Sequence[tuple[str, str]]) -> list[bool]:
+        with self._lock:
+            out = []
+            for rid, field in claims:
+                rec = self._records.setdefault(rid, {})
+                out.append(field not in rec)
+                rec.setdefault(field, "1")
+            return out
+
+    def add_pairs(self, pairs: Sequence[Pair]) -> None:
+        with self._lock:
+            self._pairs.extend(pairs)
+
+    def pairs(self, since: float, until: float) -> list[Pair]:
+        with self._lock:
+            return [p for p in self._pairs if since <= p.at <= until]
+
+    def trim(self, before: float, now: float | None = None) -> None:
+        with self._lock:
+            self._pairs = [p for p in self._pairs if p.at >= before]
+
+    def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._verdicts.append((at, dict(verdict)))
+
+    def verdicts(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        with self._lock:
+            return sorted((v for v in self._verdicts if v[0] >= since), key=lambda v: v[0])
+
+    def record(self, request_id: str) -> dict[str, str]:
+        with self._lock:
+            return dict(self._records.get(request_id, {}))
+
+

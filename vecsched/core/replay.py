@@ -1,0 +1,387 @@
+"""``dispatch-replay-v1``: the pop loop replayed forward from the current queue.
+
+Every eligible thread, when free, takes the highest-priority waiting request
+it is eligible for (its priority pass over its owners' requests first), at its
+worker's measured speed, once its jobs in flight have finished; requests that
+reach their expiry before a first job is handed out leave the queue; and the
+arrivals of the recent window are repeated forward. The first pop of a request
+is its predicted first assignment, its last job's end its completion, and a
+request that expires in the replay (or that no thread can take) is a predicted
+stall. p90s are calibrated from recent pairs (:mod:`vecsched.core.calibration`)
+and fall back to SPEC section 8's provisional margin.
+
+Eligibility is the cycle's own: per *eligible set* (the distinct worker sets of
+the request groups, :func:`vecsched.core.forecasts.eligible_sets`), never per
+pair. The loop itself is :func:`vecsched.core.replay_kernel.replay_loop`.
+See docs/replay.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from vecsched.core import rules
+from vecsched.core.calibration import calibrated_p90
+from vecsched.core.groups import pack_words, unique_rows
+from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
+from vecsched.core.replay_kernel import loop_for
+from vecsched.snapshot.schema import IMAGE, JOB_PROCESSING, TEXT
+
+NAME = "dispatch-replay-v1"
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How the replay models the horde; the defaults follow the public AI Horde.
+
+    ``arrival_window``: seconds of recent arrivals repeated forward (0: none).
+    ``aging_per_second``: priority every waiting request gains per second
+    (+50 every 10 s upstream), so a later arrival ranks lower by this much per
+    second of delay. ``poll``: seconds an idle thread waits before asking
+    again; ``overhead``: seconds between a job's end and the next pop.
+    ``max_horizon``: the replay never looks further ahead than this.
+    ``served_arrivals``: the gentypes (codes) for which the requests of the
+    window that no longer wait (served at once, often by priority) are also
+    repeated, from the snapshot's dispatches: each dispatch one job, on the
+    worker that took it. Image only by default: in the simulator it lifted
+    image and hurt text (docs/replay.md).
+    """
+
+    arrival_window: float = 300.0
+    aging_per_second: float = 5.0
+    poll: float = 3.0
+    overhead: float = 1.0
+    max_horizon: float = 3600.0
+    served_arrivals: tuple[int, ...] = (IMAGE,)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """One gentype's replay, aligned with the queue's rows (seconds from now; NaN: none)."""
+
+    start: np.ndarray
+    completion: np.ndarray
+    stall: np.ndarray
+
+
+def _worker_columns(snapshot: Any, gentype: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The usable workers of ``gentype`` in the order of the eligible sets' columns: rows, speeds, threads."""
+    w = snapshot.workers
+    online = (snapshot.now - w.last_check_in) <= rules.ONLINE_WINDOW_SECONDS
+    rows = np.flatnonzero(online & ~w.paused & (w.gentype == gentype))
+    assumed = rules.ASSUMED_TEXT_SPEED if gentype == TEXT else rules.ASSUMED_IMAGE_SPEED
+    measured = w.speed[rows].astype(np.float64)
+    speed = np.where(np.isnan(measured), assumed, measured)
+    return rows, speed, w.threads[rows].astype(np.int64)
+
+
+def _job_output(snapshot: Any, rows: np.ndarray) -> np.ndarray:
+    """A job's output (tokens, or pixel-steps) of snapshot request ``rows``."""
+    r = snapshot.requests
+    pixels = r.width[rows].astype(np.float64) * r.height[rows].astype(np.float64)
+    return np.where(r.gentype[rows] == TEXT, r.max_length[rows].astype(np.float64), pixels * r.steps[rows])
+
+
+def _threads(snapshot: Any, worker_rows: np.ndarray, speed: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One entry per thread: seconds until it frees (its job in flight's remaining time, or 0), its worker."""
+    jobs = snapshot.jobs
+    local = pd.Index(snapshot.workers.id[worker_rows])
+    busy_at = np.zeros(0)
+    busy_worker = np.zeros(0, dtype=np.int64)
+    if len(jobs.id):
+        running = np.flatnonzero(jobs.state == JOB_PROCESSING)
+        worker = local.get_indexer(jobs.worker_id[running])
+        request = pd.Index(snapshot.requests.id).get_indexer(jobs.request_id[running])
+        ok = (worker >= 0) & (request >= 0)
+        running, worker, request = running[ok], worker[ok], request[ok]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = np.where(speed[worker] > 0, _job_output(snapshot, request) / speed[worker], np.inf)
+        busy_at, busy_worker = np.maximum(seconds - (snapshot.now - jobs.started[running]), 0.0), worker
+    # A worker runs at most `threads` jobs: the longest-running beyond that are dropped.
+    order = np.lexsort((busy_at, busy_worker))
+    busy_at, busy_worker = busy_at[order], busy_worker[order]
+    first = np.searchsorted(busy_worker, busy_worker, side="left")
+    keep = (np.arange(len(busy_worker)) - first) < threads[busy_worker]
+    busy_at, busy_worker = busy_at[keep], busy_worker[keep]
+    idle = np.maximum(threads - np.bincount(busy_worker, minlength=len(threads)), 0)
+    idle_worker = np.repeat(np.arange(len(threads)), idle)
+    return (np.concatenate([busy_at, np.zeros(len(idle_worker))]),
+            np.concatenate([busy_worker, idle_worker]).astype(np.int64))
+
+
+def _priority_users(snapshot: Any, worker_ids: np.ndarray) -> list[tuple[str, ...]]:
+    """Each worker's priority users, from its latest dispatch in the snapshot (none when it has none)."""
+    latest: dict[str, tuple[float, tuple[str, ...]]] = {}
+    for d in snapshot.dispatches:  # a bounded window of events, a few per worker
+        users = tuple(d.get("priority_user_ids") or ())
+        at = str(d.get("dispatched_at", ""))
+        wid = str(d.get("worker_id"))
+        if wid not in latest or at >= str(latest[wid][0]):
+            latest[wid] = (at, users)  # type: ignore[assignment]
+    return [latest.get(str(wid), ("", ()))[1] for wid in worker_ids]
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """One gentype's requests in queue order, existing first by position, then the repeated arrivals."""
+
+    rank_of_row: np.ndarray  # queue row k -> its number in queue order
+    set_of: np.ndarray  # per numbered request: eligible set (-1: none)
+    user: np.ndarray  # owner code, into user_names
+    user_names: np.ndarray
+    jobs: np.ndarray
+    output: np.ndarray
+    arrival: np.ndarray
+    deadline: np.ndarray
+
+
+def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, horizon: float) -> tuple[np.ndarray, ...]:
+    """The recent arrivals (waiting requests created within the window) repeated forward every window.
+
+    Returns (template index, copy number k >= 1) per future request: copy k
+    arrives ``k`` windows after its template did.
+    """
+    window = settings.arrival_window
+    if window <= 0 or len(snap_rows) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    age = snapshot.now - snapshot.requests.created[snap_rows]
+    recent = np.flatnonzero(age <= window)
+    copies = np.floor((horizon + age[recent]) / window).astype(np.int64)  # copy k arrives at k*window - age
+    template = np.repeat(recent, copies)
+    first = np.cumsum(copies) - copies
+    k = np.arange(len(template)) - np.repeat(first, copies) + 1
+    return template, k
+
+
+def _no_served() -> dict[str, np.ndarray]:
+    return {k: np.zeros(0, dtype=np.int64 if k == "set_of" else np.float64)
+            for k in ("priority", "created", "output", "deadline", "set_of")}
+
+
+def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np.ndarray, first_set: int,
+            settings: ReplaySettings, horizon: float, life: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Future copies of the window's dispatched requests that no longer wait: one job each, on its worker.
+
+    Returns the columns (arrival as ``created``, seconds from now) and, per
+    copy, the local worker whose singleton set (numbered from ``first_set``)
+    serves it.
+    """
+    window = settings.arrival_window
+    if gentype not in settings.served_arrivals or window <= 0 or not snapshot.dispatches:
+        return _no_served(), np.zeros(0, dtype=np.int64)
+    d = pd.DataFrame(list(snapshot.dispatches))
+    epoch = pd.Timestamp(0, tz="UTC")
+    created = (pd.to_datetime(d["request_created"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
+    at = (pd.to_datetime(d["dispatched_at"], utc=True) - epoch).dt.total_seconds().to_numpy() - snapshot.now
+    worker = pd.Index(worker_ids).get_indexer(d["worker_id"].astype(object))
+    keep = ((worker >= 0) & (created >= -window) & (at <= 0)
+            & ~pd.Index(d["request_id"].astype(object)).isin(pd.Index(waiting_ids)))
+    created, at, worker = created[keep], at[keep], worker[keep]
+    # What the request's priority would be now, had it waited: aging continued since its pop.
+    priority = d["request_extra_priority"].to_numpy(dtype=np.float64)[keep] - settings.aging_per_second * at
+    work = d["assigned_work"].to_numpy(dtype=np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
+    copies = np.floor((horizon - created) / window).astype(np.int64).clip(min=0)
+    k = np.arange(copies.sum()) - np.repeat(np.cumsum(copies) - copies, copies) + 1
+    take = np.repeat(np.arange(len(created)), copies)
+    shift = k * window
+    arrival = created[take] + shift
+    columns = {"priority": priority[take] - settings.aging_per_second * shift, "created": arrival,
+               "output": work[take], "deadline": arrival + life, "set_of": first_set + worker[take]}
+    return columns, worker[take]
+
+
+def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+              set_of: np.ndarray, started: np.ndarray, settings: ReplaySettings, horizon: float,
+              served: dict[str, np.ndarray] | None = None) -> _Queue:
+    """Existing and arriving requests of one gentype, numbered in queue order."""
+    rows = queue.rows
+    r = snapshot.requests
+    mine = snap_rows[rows]
+    age = snapshot.now - r.created[mine]
+    template, k = _arrivals(mine, snapshot, settings, horizon)
+    shift = k * settings.arrival_window
+    priority = np.concatenate([r.extra_priority[mine].astype(np.float64),
+                               r.extra_priority[mine[template]] - settings.aging_per_second * shift])
+    created = np.concatenate([-age, shift - age[template]])
+    # Ties (same priority and creation) keep queue order; a copy ranks by its template's place.
+    tie = np.concatenate([inp.position[rows], len(rows) + inp.position[rows][template]])
+    served = served if served is not None else _no_served()
+    priority = np.concatenate([priority, served["priority"]])
+    created = np.concatenate([created, served["created"]])
+    tie = np.concatenate([tie, 2 * len(rows) + np.arange(len(served["created"]))])
+    order = np.lexsort((tie, created, -priority))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    life = (r.expiry[mine] - r.created[mine])[template]
+    deadline = np.where(started, np.inf, inp.seconds_left[rows])
+    user_codes, user_names = pd.factorize(r.user_id[mine].astype(object))
+    columns = {
+        "set_of": np.concatenate([set_of, set_of[template], served["set_of"]]),
+        "user": np.concatenate([user_codes, user_codes[template], np.full(len(served["created"]), -1)]),
+        "jobs": np.concatenate([inp.n[rows], r.jobs[mine[template]], np.ones(len(served["created"]))]).astype(np.int64),
+        "output": np.concatenate([_job_output(snapshot, mine), _job_output(snapshot, mine[template]), served["output"]]),
+        "arrival": np.concatenate([np.zeros(len(rows)), shift - age[template], served["created"]]),
+        "deadline": np.concatenate([deadline, shift - age[template] + life, served["deadline"]]),
+    }
+    numbered = {name: col[order] for name, col in columns.items()}
+    return _Queue(rank_of_row=rank[: len(rows)], user_names=np.asarray(user_names, dtype=object), **numbered)
+
+
+def _queues(q: _Queue, masks: np.ndarray, priority_users: list[tuple[str, ...]]) -> tuple[np.ndarray, ...]:
+    """Split each eligible set by owner where some worker serves that owner first; who serves which queue.
+
+    Returns (queue of each request, heap bases, capacities, each worker's
+    column, CSR of each column's queues, CSR by queue of the positions in
+    that list, CSR of each worker's priority-pass queues).
+    """
+    names = pd.Index(q.user_names)
+    favoured = np.zeros(len(names) + 1, dtype=bool)
+    wp_worker, wp_user = [], []
+    for w, users in enumerate(priority_users):  # only workers whose latest pop had a priority list
+        codes = names.get_indexer(list(users)) if users else np.zeros(0, dtype=np.int64)
+        codes = codes[codes >= 0]
+        favoured[codes] = True
+        wp_worker.extend([w] * len(codes))
+        wp_user.extend(codes.tolist())
+    user = np.where(favoured[q.user], q.user, -1)
+    has = q.set_of >= 0
+    keys = np.stack([q.set_of[has], user[has]], axis=1)
+    pairs, inverse = np.unique(keys, axis=0, return_inverse=True) if has.any() else (np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
+    queue_of = np.full(len(q.set_of), -1, dtype=np.int64)
+    queue_of[has] = inverse.ravel()
+    capacity = np.bincount(queue_of[has], minlength=len(pairs)).astype(np.int64)
+    base = (np.cumsum(capacity) - capacity).astype(np.int64)
+    n_workers = masks.shape[1]
+    membership = masks[pairs[:, 0]].T if len(pairs) else np.zeros((n_workers, 0), dtype=bool)
+    # Workers that serve exactly the same queues share one column (and one heap of heads).
+    first, column = unique_rows(pack_words(np.ascontiguousarray(membership)))
+    if n_workers == 0:
+        first, column = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    c_idx, q_idx = np.nonzero(membership[first])  # row-major: grouped by column, queues ascending
+    cq_ptr = np.concatenate([[0], np.cumsum(np.bincount(c_idx, minlength=len(first)))]).astype(np.int64)
+    by_queue = np.argsort(q_idx, kind="stable")
+    qc_ptr = np.concatenate([[0], np.cumsum(np.bincount(q_idx, minlength=len(pairs)))]).astype(np.int64)
+    w_idx, wq_idx = np.nonzero(membership)
+    pass_key = np.asarray(wp_worker, dtype=np.int64) * (len(names) + 1) + np.asarray(wp_user, dtype=np.int64)
+    in_pass = (pairs[wq_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[wq_idx, 1], pass_key)
+    wp_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx[in_pass], minlength=n_workers))]).astype(np.int64)
+    return (queue_of, base, capacity, column.astype(np.int64), cq_ptr, q_idx.astype(np.int64), qc_ptr,
+            by_queue.astype(np.int64), wp_ptr, wq_idx[in_pass].astype(np.int64))
+
+
+
+def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+                   settings: ReplaySettings = ReplaySettings()) -> ReplayResult:
+    """Replay one gentype's dispatch; first assignment, completion and stall per row of ``queue.rows``.
+
+    ``snap_rows`` maps the estimate's requests to snapshot rows. A request no
+    thread can take has no start (NaN) and a stall unless a job of it is in
+    flight; one that expires in the replay keeps, as its start, the time a
+    thread first found it expired.
+    """
+    rows = queue.rows
+    set_of, masks, _ = queue.eligible_sets()
+    worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype)
+    # pandas hashes the ids; np.isin on object arrays compares them pairwise.
+    started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
+    reachable = set_of >= 0
+    deadlines = np.where(started, 0.0, inp.seconds_left[rows])[reachable]
+    horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
+    mine = snap_rows[rows]
+    lives = snapshot.requests.expiry[mine] - snapshot.requests.created[mine]
+    served, served_worker = _served(snapshot, queue.gentype, snapshot.workers.id[worker_rows],
+                                    snapshot.requests.id[mine], len(masks), settings, horizon,
+                                    float(np.median(lives)) if len(lives) else 1200.0)
+    if len(served_worker):
+        # One singleton set per worker that took such a request.
+        masks = np.concatenate([masks, np.eye(masks.shape[1], dtype=bool)])
+    q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
+    queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
+        q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
+    free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
+    start, done, turn, left = loop_for(len(q.jobs))(
+        free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
+        q.jobs, q.output, q.arrival, q.deadline, horizon, settings.poll, settings.overhead)
+    k = q.rank_of_row
+    s, c = start[k], done[k]
+    never = s < 0
+    # Not started in the replay: when a thread would first have found it (expired), or the horizon.
+    s = np.where(never, np.where(turn[k] >= 0, turn[k], max(horizon, 0.0)), s)
+    rate = np.where(inp.threads[rows] > 0, inp.throughput[rows] / np.maximum(inp.threads[rows], 1), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rough = s + q.output[k] / rate  # the last jobs in parallel at the mean speed
+    c = np.where(never | (left[k] > 0), np.maximum(c, rough), c)
+    c = np.maximum(c, inp.inflight[rows])
+    s = np.where(started, 0.0, s)
+    stall = ~started & (never | ~reachable)
+    s[~reachable & ~started] = np.nan
+    c[~reachable & ~(inp.inflight[rows] > 0)] = np.nan
+    return ReplayResult(start=s, completion=c, stall=stall)
+
+
+def waiting_rows(snapshot: Any) -> np.ndarray:
+    """Snapshot rows of the waiting requests, in the estimate's order (as :func:`request_arrays` takes them)."""
+    r = snapshot.requests
+    return np.flatnonzero(r.active & ~r.faulted & (r.expiry > snapshot.now) & (r.n > 0))
+
+
+@dataclass(frozen=True)
+class DispatchReplayV1:
+    """``dispatch-replay-v1``: see the module docstring.
+
+    Examples
+    --------
+    >>> from vecsched import synthetic
+    >>> import vecsched
+    >>> enable()
+    >>> est = vecsched.estimate(synthetic.horde(workers=20, requests=60, seed=1))
+    >>> f = est.forecasts["dispatch-replay-v1"]
+    >>> bool((f.start_p90[~f.predicted_stall] >= f.start_p50[~f.predicted_stall]).all())
+    True
+    """
+
+    name: str = NAME
+    settings: ReplaySettings = ReplaySettings()
+
+    def compute(self, snapshot: Any, eligibility: ForecastInputs, calibration: Mapping[str, Any] | None) -> Forecast:
+        """Replay each gentype's queue; p90s from ``calibration`` (see :func:`calibrated_p90`)."""
+        inp = eligibility
+        n = len(inp)
+        start, completion = np.full(n, np.nan), np.full(n, np.nan)
+        stall = np.ones(n, dtype=bool)
+        snap_rows = waiting_rows(snapshot)
+        if len(snap_rows) != n:
+            raise ValueError(f"{NAME}: {n} forecast rows but {len(snap_rows)} waiting requests in the snapshot")
+        for queue in inp.queues:
+            if len(queue.rows) == 0:
+                continue
+            result = replay_gentype(snapshot, inp, queue, snap_rows, self.settings)
+            start[queue.rows], completion[queue.rows], stall[queue.rows] = result.start, result.completion, result.stall
+        known = ~np.isnan(start)
+        p90 = {}
+        for phase, p50 in (("start", start), ("completion", completion)):
+            p90[phase] = calibrated_p90(p50, phase=phase, gentype=inp.gentype, threads=inp.threads,
+                                        calibration=calibration)
+        stall = stall | ~known
+        return Forecast(start, p90["start"], completion, p90["completion"], stall)
+
+
+def enable() -> None:
+    """Register ``dispatch-replay-v1``, so that every estimate runs it from now on.
+
+    It is off by default: at ten times today's horde it costs several times the
+    SPEC 3-6 estimate (docs/replay.md), so the job runs it only when asked
+    (``vecsched run --replay``) and the simulator's scoring turns it on.
+
+    Examples
+    --------
+    >>> from vecsched.core.forecasts import ESTIMATORS
+    >>> enable()
+    >>> NAME in ESTIMATORS
+    True
+    """
+    register(DispatchReplayV1)

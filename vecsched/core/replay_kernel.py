@@ -1,0 +1,235 @@
+"""The event loop of ``dispatch-replay-v1`` (:mod:`vecsched.core.replay`), over flat arrays.
+
+Dispatch is sequential by nature: which request a thread takes depends on what
+every earlier pop took, so NumPy cannot vectorize it. The loop is written over
+NumPy arrays in the subset of Python that numba compiles; :func:`loop_for`
+runs it compiled for large queues (tens of times faster, see docs/replay.md)
+and interpreted for small ones, where compiling would cost more than it saves.
+
+Requests are numbered in queue order (0 first), so a smaller number is a
+higher priority. Each *queue* (an eligible worker set, split by the owners that
+some worker serves in its priority pass) holds its requests in a min-heap of
+those numbers; a free thread compares only the heads of its worker's queues
+(a tight loop over one small array), never the requests behind them, and
+skips at once when none of them holds anything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Below this many numbered requests the loop runs interpreted: compiling costs
+# seconds once per machine (then cached on disk), importing numba about one.
+COMPILE_FROM = 2_000
+_KERNEL = ("_before", "_sift_up", "_sift_down", "heap_push", "heap_pop", "_pop_head", "_push", "_first",
+           "_pick", "replay_loop")
+_compiled: dict[str, object] = {}
+
+
+def loop_for(n_requests: int):  # type: ignore[no-untyped-def]
+    """The replay loop to run for ``n_requests`` numbered requests: compiled when worth it and numba is there.
+
+    The functions of the loop are plain Python; the first large replay compiles
+    them all with numba (each compiled function calls the compiled others).
+    """
+    if not _compiled and n_requests >= COMPILE_FROM:
+        try:
+            from numba import njit
+        except ImportError:  # pragma: no cover - numba is a declared dependency
+            return replay_loop
+        compiled = {name: njit(cache=True, nogil=True, error_model="numpy")(globals()[name]) for name in _KERNEL}
+        _compiled.update(compiled)
+        globals().update(compiled)  # numba resolves the helpers through the module's globals
+    return _compiled.get("replay_loop", replay_loop)
+
+
+def jit(function):  # type: ignore[no-untyped-def]
+    """Mark ``function`` as part of the kernel (compiled together by :func:`loop_for`)."""
+    return function
+
+
+@jit
+def _before(keys, vals, a, b):  # type: ignore[no-untyped-def]
+    # Ties of key go to the smaller value: a replay is a pure function of its input.
+    return keys[a] < keys[b] or (keys[a] == keys[b] and vals[a] < vals[b])
+
+
+@jit
+def _sift_up(keys, vals, base, k):  # type: ignore[no-untyped-def]
+    while k > 0:
+        parent = (k - 1) >> 1
+        if not _before(keys, vals, base + k, base + parent):
+            break
+        keys[base + parent], keys[base + k] = keys[base + k], keys[base + parent]
+        vals[base + parent], vals[base + k] = vals[base + k], vals[base + parent]
+        k = parent
+
+
+@jit
+def _sift_down(keys, vals, base, size, k):  # type: ignore[no-untyped-def]
+    while True:
+        child = 2 * k + 1
+        if child >= size:
+            break
+        if child + 1 < size and _before(keys, vals, base + child + 1, base + child):
+            child += 1
+        if not _before(keys, vals, base + child, base + k):
+            break
+        keys[base + child], keys[base + k] = keys[base + k], keys[base + child]
+        vals[base + child], vals[base + k] = vals[base + k], vals[base + child]
+        k = child
+
+
+@jit
+def heap_push(keys, vals, base, size, key, val):  # type: ignore[no-untyped-def]
+    """Push (key, val) on the heap stored at ``keys[base:base+size]``; returns the new size."""
+    keys[base + size] = key
+    vals[base + size] = val
+    _sift_up(keys, vals, base, size)
+    return size + 1
+
+
+@jit
+def heap_pop(keys, vals, base, size):  # type: ignore[no-untyped-def]
+    """Remove the smallest entry of the heap at ``base``; returns the new size."""
+    size -= 1
+    keys[base] = keys[base + size]
+    vals[base] = vals[base + size]
+    _sift_down(keys, vals, base, size, 0)
+    return size
+
+
+BIG = np.iinfo(np.int64).max  # head of an empty queue
+
+
+@jit
+def _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of):  # type: ignore[no-untyped-def]
+    """Remove queue ``q``'s first request; keep ``head`` and the columns' counts of non-empty queues."""
+    qsize[q] = heap_pop(qkeys, qvals, qbase[q], qsize[q])
+    if qsize[q] > 0:
+        head[q] = qvals[qbase[q]]
+        return
+    head[q] = BIG
+    for k in range(qc_ptr[q], qc_ptr[q + 1]):
+        nonempty[col_of[k]] -= 1
+
+
+@jit
+def _push(r, q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of):  # type: ignore[no-untyped-def]
+    """Request ``r`` joins queue ``q``."""
+    if qsize[q] == 0:
+        for k in range(qc_ptr[q], qc_ptr[q + 1]):
+            nonempty[col_of[k]] += 1
+    qsize[q] = heap_push(qkeys, qvals, qbase[q], qsize[q], r, r)
+    head[q] = qvals[qbase[q]]
+
+
+@jit
+def _first(lists, lo, hi, head):  # type: ignore[no-untyped-def]
+    """The queue among ``lists[lo:hi]`` whose head comes first (-1: all empty)."""
+    best, best_q = BIG, -1
+    for k in range(lo, hi):
+        q = lists[k]
+        if head[q] < best:
+            best, best_q = head[q], q
+    return best_q
+
+
+@jit
+def _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of,
+          left, deadline, start, turn):  # type: ignore[no-untyped-def]
+    """Worker ``w``'s next request at ``t`` and its queue: its priority pass first, then every queue it serves.
+
+    A first request found expired (its deadline passed before any job of it
+    was handed out) leaves its queue, ``turn`` keeps when, and the search
+    starts again.
+    """
+    c = column[w]
+    while True:
+        q = _first(wp, wp_ptr[w], wp_ptr[w + 1], head)
+        if q < 0 and nonempty[c] > 0:
+            q = _first(cq, cq_ptr[c], cq_ptr[c + 1], head)
+        if q < 0:
+            return -1, -1
+        r = head[q]
+        if start[r] >= 0 or deadline[r] > t:
+            return r, q
+        turn[r] = t
+        left[r] = 0
+        _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
+
+
+@jit
+def replay_loop(  # type: ignore[no-untyped-def]
+    free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp,
+    queue_of, qbase, qcap, jobs, output, arrival, deadline,
+    horizon, poll, overhead,
+):
+    """Replay dispatch; per request (first assignment, completion, turn, jobs left), -1 where none.
+
+    ``free_at``/``thread_worker``: one entry per thread (seconds from now it
+    frees, its worker). Workers that serve exactly the same queues share a
+    *column*: ``column`` per worker, ``cq`` (CSR by column) its queues, and
+    ``qc`` (CSR by queue) the positions in ``cq`` that name each queue.
+    ``wp`` (CSR by worker): the queues of the worker's priority pass. Per
+    request (queue order): ``queue_of``, ``jobs`` to hand out, ``output`` per
+    job, ``arrival`` (seconds from now) and ``deadline`` (expiry).
+    ``qbase``/``qcap`` lay the queues' heaps out in one array. A thread with
+    nothing to take polls again after ``poll`` seconds, or at the next arrival
+    when later. The loop ends at ``horizon``. A request that starts before the
+    replay (a job in flight) has an infinite deadline: only a first assignment
+    can be missed.
+    """
+    n_req = len(jobs)
+    n_q = len(qbase)
+    n_col = len(cq_ptr) - 1
+    start = np.full(n_req, -1.0)
+    done = np.full(n_req, -1.0)
+    turn = np.full(n_req, -1.0)
+    left = jobs.copy()
+    qkeys = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
+    qvals = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
+    qsize = np.zeros(n_q, dtype=np.int64)
+    head = np.full(n_q, BIG, dtype=np.int64)
+    nonempty = np.zeros(max(1, n_col), dtype=np.int64)
+    col_of = np.zeros(max(1, len(qc)), dtype=np.int64)  # per entry of qc: the column it names
+    for c in range(n_col):
+        for k in range(cq_ptr[c], cq_ptr[c + 1]):
+            col_of[k] = c
+    col_of = col_of[qc] if len(qc) else col_of
+    tkeys = free_at.copy()
+    tvals = thread_worker.copy()
+    tsize = 0
+    for k in range(len(free_at)):
+        tsize = heap_push(tkeys, tvals, 0, tsize, free_at[k], thread_worker[k])
+    order = np.argsort(arrival, kind="mergesort")
+    next_arrival = 0
+    while tsize > 0:
+        t = tkeys[0]
+        w = tvals[0]
+        tsize = heap_pop(tkeys, tvals, 0, tsize)
+        if t > horizon:
+            break
+        while next_arrival < n_req and arrival[order[next_arrival]] <= t:
+            r = order[next_arrival]
+            if queue_of[r] >= 0:
+                _push(r, queue_of[r], qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
+            next_arrival += 1
+        r, q = _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty,
+                     qc_ptr, col_of, left, deadline, start, turn)
+        if r < 0:
+            wake = t + poll
+            if next_arrival < n_req and arrival[order[next_arrival]] > wake:
+                wake = arrival[order[next_arrival]]
+            tsize = heap_push(tkeys, tvals, 0, tsize, wake, w)
+            continue
+        if start[r] < 0:
+            start[r] = t
+        finish = t + output[r] / speed[w] if speed[w] > 0 else np.inf
+        if finish > done[r]:
+            done[r] = finish
+        left[r] -= 1
+        if left[r] == 0:
+            _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
+        tsize = heap_push(tkeys, tvals, 0, tsize, finish + overhead, w)
+    return start, done, turn, left

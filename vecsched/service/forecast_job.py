@@ -1,0 +1,186 @@
+"""The job's part of the forecast loop: record first sightings, derive outcomes, keep verdicts.
+
+Each cycle :class:`ForecastTracker` (held by the job across cycles):
+
+1. records every registered estimator's forecast for the requests it sees
+   waiting for the first time (first write wins in the store, so a second job
+   process or a restart never replaces an earlier forecast);
+2. derives outcomes from what the database shows for the requests it tracks:
+   a first job of the request = start (at the job's start time); every job
+   finished = completion; past expiry with none started = expiry; ``active``
+   false, or the row gone before expiry with no finished job = cancellation;
+3. once an hour, trims the pairs to the window and stores a verdict
+   (:mod:`vecsched.service.promotion`).
+
+Everything works on whole columns; the only per-request Python is the JSON of
+first sightings and events.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from vecsched.core.forecasts import baseline_forecasts
+from vecsched.core.pairing import GRACE_SECONDS, ForecastRecorder
+from vecsched.service.forecast_metrics import observe_pairs
+from vecsched.snapshot.schema import GENTYPES, JOB_FINISHED, JOB_PROCESSING
+
+log = logging.getLogger("vecsched.forecasts")
+
+VERDICT_EVERY_SECONDS = 3600.0
+
+
+def recorder_for(store: Any) -> ForecastRecorder:
+    """A :class:`ForecastRecorder` on the same Redis (same prefix) or database as ``store``.
+
+    Examples
+    --------
+    >>> from vecsched.service.store.sql import SQLStore
+    >>> type(recorder_for(SQLStore("sqlite://")).backend).__name__
+    'SQLPairs'
+    """
+    if hasattr(store, "client") and hasattr(store, "prefix"):
+        from vecsched.service.forecasts_store import RedisPairs
+
+        return ForecastRecorder(RedisPairs(store.client, prefix=store.prefix), observe=observe_pairs)
+    from vecsched.service.forecasts_sql import SQLPairs
+
+    return ForecastRecorder(SQLPairs(store.engine), observe=observe_pairs)
+
+
+class ForecastTracker:
+    """Forecasts at first sighting and outcomes between cycles (see the module docstring).
+
+    Parameters
+    ----------
+    recorder : ForecastRecorder
+    verdict_every : float
+        Seconds between stored verdicts.
+    """
+
+    def __init__(self, recorder: ForecastRecorder, *, verdict_every: float = VERDICT_EVERY_SECONDS):
+        self.recorder = recorder
+        self.verdict_every = verdict_every
+        self.last_verdict = -np.inf
+        # Requests forecast by this process and not yet resolved.
+        self.tracked = pd.DataFrame({"expiry": pd.Series(dtype=float), "started": pd.Series(dtype=bool)})
+
+    def wrap(self, estimate: Any = None) -> Any:
+        """``estimate`` (default :func:`vecsched.estimate`) asked for forecasts only of the requests
+        this tracker has not recorded, when it takes ``forecast_skip``; else ``estimate`` itself."""
+        import inspect
+
+        from vecsched.core.estimate import estimate as core_estimate
+
+        base = core_estimate if estimate is None else estimate
+        try:
+            takes_skip = "forecast_skip" in inspect.signature(base).parameters
+        except (TypeError, ValueError):
+            takes_skip = False
+        if not takes_skip:
+            return base
+
+        from vecsched.service.replay_calibration import ReplayCalibration
+
+        calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
+
+        def skipping(snapshot: Any) -> Any:
+            return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object),
+                        calibration=calibration.get(now=float(snapshot.now)))
+
+        return skipping
+
+    def observe(self, snapshot: Any, estimates: Any, now: float) -> dict[str, int]:
+        """Run steps 1 to 3 for one cycle; return how many forecasts and outcomes were recorded."""
+        recorded = self._record_new(snapshot, estimates, now)
+        outcomes = self._derive_outcomes(snapshot, now)
+        if now - self.last_verdict >= self.verdict_every:
+            from vecsched.core.promotion import store_verdict
+
+            self.recorder.backend.trim(now - self.recorder.window, now=now)
+            store_verdict(self.recorder.backend, now=now, window=self.recorder.window)
+            self.last_verdict = now
+        return {"forecasts": recorded, "outcomes": outcomes}
+
+    def _record_new(self, snapshot: Any, estimates: Any, now: float) -> int:
+        ids = pd.Index(estimates.request_id)
+        new = np.flatnonzero(~ids.isin(self.tracked.index))
+        if len(new) == 0 or not estimates.forecasts:
+            return 0
+        expiry = snapshot.requests.expiry[estimates.request_index[new]]
+        gentype = np.asarray(GENTYPES, dtype=object)[estimates.columns["gentype"][new].astype(np.int64)]
+        named = {**estimates.forecasts, **baseline_forecasts(estimates)}
+        rows = []
+        for k, rid, g, e in zip(new.tolist(), ids[new].tolist(), gentype.tolist(), expiry.tolist()):
+            rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
+        self.recorder.record_forecasts(rows, now=now)
+        added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool)}, index=ids[new])
+        self.tracked = pd.concat([self.tracked, added]) if len(self.tracked) else added
+        return len(new)
+
+    def _derive_outcomes(self, snapshot: Any, now: float) -> int:
+        t = self.tracked
+        if len(t) == 0:
+            return 0
+        state = _request_state(snapshot, t.index)
+        events: list[tuple[str, str, float, float | None]] = []
+
+        newly_started = ~t["started"].to_numpy() & state["has_job"]
+        events += _rows(t.index[newly_started], "started_at", state["first_start"][newly_started],
+                        t["expiry"].to_numpy()[newly_started])
+        started = t["started"].to_numpy() | state["has_job"]
+        expiry = t["expiry"].to_numpy()
+        gone_or_off = ~state["present"] | ~state["active"]
+        done = state["present"] & (state["n"] == 0) & state["all_finished"]
+        done |= ~state["present"] & state["any_finished"] & (state["processing"] == 0)
+        expired = ~started & (now >= expiry) & ~done
+        cancelled = gone_or_off & ~done & ~expired & ~state["any_finished"]
+        events += _rows(t.index[done], "completed_at", np.full(int(done.sum()), now), expiry[done])
+        events += _rows(t.index[expired], "expired_without_start", expiry[expired], expiry[expired])
+        events += _rows(t.index[cancelled], "cancelled_at", np.full(int(cancelled.sum()), now), expiry[cancelled])
+        if events:
+            self.recorder.record_outcomes(events)
+        # Resolved, or long past expiry (nothing more will be observed): stop tracking.
+        finished = done | expired | cancelled | (now > expiry + GRACE_SECONDS)
+        self.tracked = pd.DataFrame({"expiry": expiry[~finished], "started": started[~finished]},
+                                    index=t.index[~finished])
+        return len(events)
+
+
+def _rows(ids: pd.Index, field: str, at: np.ndarray, expiry: np.ndarray) -> list[tuple[str, str, float, float]]:
+    return list(zip(ids.tolist(), [field] * len(ids), np.asarray(at, dtype=float).tolist(),
+                    np.asarray(expiry, dtype=float).tolist()))
+
+
+def _request_state(snapshot: Any, ids: pd.Index) -> dict[str, np.ndarray]:
+    """Per tracked request: row present, active, n, and its jobs (any, first start, processing, finished)."""
+    r = snapshot.requests
+    at = pd.Index(r.id).get_indexer(ids) if len(r) else np.full(len(ids), -1)
+    present = at >= 0
+    safe = np.maximum(at, 0)
+    active = np.where(present, r.active[safe] if len(r) else False, False).astype(bool)
+    n = np.where(present, r.n[safe] if len(r) else 0, 0)
+    total = np.where(present, r.jobs[safe] if len(r) else 0, 0)
+    jobs = snapshot.jobs
+    k = ids.get_indexer(jobs.request_id) if len(jobs) else np.zeros(0, np.int64)
+    mine = k >= 0
+    k, state, started = k[mine], jobs.state[mine], jobs.started[mine]
+    count = np.bincount(k, minlength=len(ids))
+    first = np.full(len(ids), np.inf)
+    np.minimum.at(first, k, started)
+    processing = np.bincount(k[state == JOB_PROCESSING], minlength=len(ids))
+    finished = np.bincount(k[state == JOB_FINISHED], minlength=len(ids))
+    return {
+        "present": present,
+        "active": active,
+        "n": n,
+        "has_job": count > 0,
+        "first_start": first,
+        "processing": processing,
+        "any_finished": finished > 0,
+        "all_finished": (finished >= np.maximum(total, 1)) & (processing == 0),
+    }

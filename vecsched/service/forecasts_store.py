@@ -1,0 +1,133 @@
+"""The Redis backend of the forecast records and pairs (rules: :mod:`vecsched.core.pairing`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from vecsched.core.pairing import (  # noqa: F401 - the service's names for the pairing core
+    COUNTERS,
+    GRACE_SECONDS,
+    OUTCOME_FIELDS,
+    PHASES,
+    VERDICT_KEEP_SECONDS,
+    WINDOW_SECONDS,
+    ForecastRecorder,
+    MemoryPairs,
+    Pair,
+    PairBackend,
+    Write,
+    candidate_pairs,
+)
+
+
+_WRITE_LUA = """
+-- KEYS[1]: the record; ARGV[1]: expire at (epoch s); then field, value pairs
+for i = 2, #ARGV, 2 do redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[i + 1]) end
+local want = tonumber(ARGV[1])
+local ttl = redis.call('TTL', KEYS[1])
+local now = tonumber(redis.call('TIME')[1])
+if ttl < 0 or now + ttl < want then redis.call('EXPIREAT', KEYS[1], math.ceil(want)) end
+return redis.call('HGETALL', KEYS[1])
+"""
+
+
+class RedisPairs:
+    """The Redis backend (layout: docs/forecasts.md).
+
+    Parameters
+    ----------
+    client : redis.Redis or str
+    prefix : str
+
+    Examples
+    --------
+    >>> import secrets
+    >>> b = RedisPairs("redis://127.0.0.1:6379/0", prefix="doc-" + secrets.token_hex(4))
+    >>> b.claim([("r", "v:x:start"), ("r", "v:x:start")])
+    [True, False]
+    >>> b.drop_all()
+    """
+
+    def __init__(self, client: Any, prefix: str = "vecsched"):
+        import redis
+
+        if isinstance(client, str):
+            client = redis.Redis.from_url(client, socket_timeout=5, socket_connect_timeout=2)
+        self.client = client
+        self.prefix = prefix
+        self._write = client.register_script(_WRITE_LUA)
+
+    def key(self, request_id: str) -> str:
+        """The record's key: ``{prefix}:forecast:{request_id}``."""
+        return f"{self.prefix}:forecast:{request_id}"
+
+    def _series(self, estimator: str, gentype: str, phase: str) -> str:
+        return f"{self.prefix}:pairs:{estimator}:{gentype}:{phase}"
+
+    def write(self, writes: Sequence[Write]) -> list[dict[str, str]]:
+        pipe = self.client.pipeline(transaction=False)
+        for w in writes:
+            args: list[Any] = [repr(float(w.expire_at))]
+            for k, v in w.fields.items():
+                args += [k, v]
+            self._write(keys=[self.key(w.request_id)], args=args, client=pipe)
+        out = []
+        for flat in pipe.execute():
+            it = iter(flat)
+            out.append({_s(k): _s(v) for k, v in zip(it, it)})
+        return out
+
+    def claim(self, claims: Sequence[tuple[str, str]]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for rid, field in claims:
+            pipe.hsetnx(self.key(rid), field, "1")
+        return [bool(x) for x in pipe.execute()]
+
+    def add_pairs(self, pairs: Sequence[Pair]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for p in pairs:
+            key = self._series(p.estimator, p.gentype, p.phase)
+            pipe.zadd(key, {p.to_json(): p.at})
+            pipe.sadd(f"{self.prefix}:pairs", f"{p.estimator}\t{p.gentype}\t{p.phase}")
+        pipe.execute()
+
+    def _all_series(self) -> list[tuple[str, str, str]]:
+        return [tuple(_s(m).split("\t")) for m in self.client.smembers(f"{self.prefix}:pairs")]  # type: ignore[misc]
+
+    def pairs(self, since: float, until: float) -> list[Pair]:
+        series = self._all_series()
+        pipe = self.client.pipeline(transaction=False)
+        for s in series:
+            pipe.zrangebyscore(self._series(*s), since, until, withscores=True)
+        out = []
+        for s, members in zip(series, pipe.execute()):
+            out.extend(Pair.from_json(*s, m, at) for m, at in members)
+        return out
+
+    def trim(self, before: float, now: float | None = None) -> None:
+        # Records expire by their own TTL; ``now`` is for backends without one.
+        pipe = self.client.pipeline(transaction=False)
+        for s in self._all_series():
+            pipe.zremrangebyscore(self._series(*s), "-inf", f"({before!r}")
+        pipe.zremrangebyscore(f"{self.prefix}:verdicts", "-inf", f"({before - VERDICT_KEEP_SECONDS!r}")
+        pipe.execute()
+
+    def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
+        self.client.zadd(f"{self.prefix}:verdicts", {json.dumps(verdict, separators=(",", ":")): at})
+
+    def verdicts(self, since: float) -> list[tuple[float, dict[str, Any]]]:
+        got = self.client.zrangebyscore(f"{self.prefix}:verdicts", since, "+inf", withscores=True)
+        return [(float(at), json.loads(m)) for m, at in got]
+
+    def record(self, request_id: str) -> dict[str, str]:
+        return {_s(k): _s(v) for k, v in self.client.hgetall(self.key(request_id)).items()}
+
+    def drop_all(self) -> None:
+        """Delete every key under the prefix (tests)."""
+        for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
+            self.client.delete(key)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,127 @@
+"""Score the shadow forecasts as production would: one forecast per request, at its first sighting.
+
+The harness of :mod:`vecsched.simulate.accuracy` scores every (snapshot,
+request) pair, so a request waiting ten minutes counts twenty times. The
+promotion series (SPEC.md section 8) count each request once: the forecast
+recorded when the job first saw it waiting, paired with what then happened.
+This module does exactly that over a simulated run, through the same
+:class:`~vecsched.service.forecasts_store.ForecastRecorder` and pairing rules
+as the service (in memory), and writes the ``vecsched.promotion/1``
+document, pooled over seeds.
+
+Scored side by side: every registered estimator (``compatible-queue-v1``,
+``eligible-share-v1``) and the published figures ``adr-wait`` and
+``horde-wide`` (:func:`vecsched.core.forecasts.baseline_forecasts`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from vecsched.core.forecasts import baseline_forecasts
+from vecsched.core.pairing import ForecastRecorder, MemoryPairs, Pair
+from vecsched.core.promotion import promotion_document
+from vecsched.snapshot.schema import GENTYPES
+
+
+@dataclass
+class FirstSightings:
+    """An ``on_snapshot`` callback of :func:`vecsched.simulate.run` recording each request's first forecast."""
+
+    recorder: ForecastRecorder = field(default_factory=lambda: ForecastRecorder(MemoryPairs()))
+    seen: set[str] = field(default_factory=set)
+    expiry: dict[str, float] = field(default_factory=dict)
+
+    def __call__(self, snapshot: Any, estimates: Any) -> None:
+        import pandas as pd
+
+        ids = estimates.request_id
+        new = np.flatnonzero(~pd.Index(ids).isin(list(self.seen)))
+        if len(new) == 0:
+            return
+        named = {**estimates.forecasts, **baseline_forecasts(estimates)}
+        gentype = np.asarray(GENTYPES, dtype=object)[estimates.columns["gentype"][new].astype(np.int64)]
+        expiry = snapshot.requests.expiry[estimates.request_index[new]]
+        rows = []
+        for k, g, e in zip(new.tolist(), gentype.tolist(), expiry.tolist()):
+            rid = str(ids[k])
+            self.seen.add(rid)
+            self.expiry[rid] = e
+            rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
+        self.recorder.record_forecasts(rows, now=float(snapshot.now))
+
+    def outcomes(self, sim: Any) -> list[Pair]:
+        """Record what the simulation says happened to every request seen; return all pairs."""
+        events = []
+        for rid in sorted(self.seen):
+            r = sim.requests[rid]
+            expiry = self.expiry[rid]
+            if r.started_at is not None:
+                events.append((rid, "started_at", r.started_at, expiry))
+            if r.status == "done":
+                events.append((rid, "completed_at", r.completed_at, expiry))
+            elif r.status == "expired" and r.started_at is None:
+                events.append((rid, "expired_without_start", r.expired_at, expiry))
+            elif r.status == "cancelled":
+                events.append((rid, "cancelled_at", r.cancelled_at, expiry))
+        self.recorder.record_outcomes(events)
+        return self.recorder.backend.pairs(-math.inf, math.inf)
+
+
+def seeded(pairs: Sequence[Pair], seed: int) -> list[Pair]:
+    """The same pairs with request ids made unique across seeds."""
+    from dataclasses import replace
+
+    return [replace(p, request_id=f"{seed}:{p.request_id}") for p in pairs]
+
+
+def promotion_for(pairs: Sequence[Pair], seeds: Sequence[int]) -> dict[str, Any]:
+    """The ``vecsched.promotion/1`` document of pooled simulated pairs (the window spans them all)."""
+    from vecsched.core.forecasts import ESTIMATORS
+
+    times = [p.at for p in pairs] or [0.0]
+    start, end = min(times), max(times)
+    return promotion_document(pairs, now=end, window=max(end - start, 1.0), seeds=list(seeds),
+                              estimators=[*ESTIMATORS, "adr-wait", "horde-wide"])
+
+
+def run_seeds(name: str, minutes: float, seeds: Sequence[int], **kwargs: Any) -> tuple[dict[str, Any], list[Any]]:
+    """Run scenario ``name`` once per seed; the pooled promotion document and the runs.
+
+    Examples
+    --------
+    >>> from vecsched.simulate import scenario
+    >>> doc, runs = run_seeds(scenario("steady", text_workers=6, image_workers=0), 1, [1, 2],
+    ...                       every=30, warmup=60, tail=120)
+    >>> doc["format"], doc["seeds"], sorted(doc["estimators"])[:2]
+    ('vecsched.promotion/1', [1, 2], ['adr-wait', 'compatible-queue-v1'])
+    """
+    from vecsched.simulate.accuracy import run
+
+    pooled: list[Pair] = []
+    runs = []
+    on_snapshot = kwargs.pop("on_snapshot", None)
+    on_run = kwargs.pop("on_run", None)  # called with each finished run
+    for seed in seeds:
+        sightings = FirstSightings()
+        result = run(name, minutes, seed, on_snapshot=_chain(on_snapshot, sightings), **kwargs)
+        pooled.extend(seeded(sightings.outcomes(result.sim), seed))
+        runs.append(result)
+        if on_run is not None:
+            on_run(result)
+    return promotion_for(pooled, seeds), runs
+
+
+def _chain(first: Any, second: Any) -> Any:
+    if first is None:
+        return second
+
+    def both(snapshot: Any, estimates: Any) -> None:
+        first(snapshot, estimates)
+        second(snapshot, estimates)
+
+    return both
