@@ -147,18 +147,18 @@ def higher_priority_arrivals(
         if len(above) == 0:
             continue
         block = order[lo:hi]
-        # created_j >= x  <=>  -created_j < nextafter(-x, +inf): a strict "ahead" count.
-        since = [
-            prefix_arrivals(
-                takeable=takeable, request_row=request_row[block],
-                request_position=np.nextafter(-x[block], np.inf), arrival_position=-arrival_created[above],
-                arrival_signature=arrival_signature[above], arrival_work=arrival_work[above],
-                second_half=np.zeros(len(above), bool),
-            )[0]
-            for x in (request_created, request_middle)
-        ]
-        out[0, block] = since[0] - since[1]
-        out[1, block] = since[1]
+        # created_j >= x  <=>  -created_j < nextafter(-x, +inf): a strict "ahead" count,
+        # read at each request's creation and midpoint in one pass.
+        since = prefix_sums(
+            takeable=takeable, request_row=np.r_[request_row[block], request_row[block]],
+            request_position=np.nextafter(-np.r_[request_created[block], request_middle[block]], np.inf),
+            item_position=-arrival_created[above], item_signature=arrival_signature[above],
+            weights=np.stack([arrival_work[above], np.ones(len(above))]),
+        )
+        first = since[:, : len(block)] - since[:, len(block) :]  # (work, count)
+        # A difference of sums: a first half with no arrival has exactly no work.
+        out[0, block] = np.where(first[1] > 0.5, first[0], 0.0)
+        out[1, block] = since[0, len(block) :]
     return out
 
 
