@@ -14,12 +14,13 @@ import statistics
 import time
 
 
-def measure(workers: int, requests: int, seed: int = 0, repeat: int = 3) -> dict[str, float]:
+def measure(workers: int, requests: int, seed: int = 0, repeat: int = 3, history: bool = True) -> dict[str, float]:
     import vecsched
     from vecsched.synthetic import horde
     from vecsched.synthetic_history import with_history
 
-    snap = with_history(horde(workers=workers, requests=requests, seed=seed), seed=seed)
+    snap = horde(workers=workers, requests=requests, seed=seed)
+    snap = with_history(snap, seed=seed) if history else snap
     stall, core = [], []
     for _ in range(repeat):
         timings = vecsched.estimate(snap).timings
@@ -38,9 +39,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-history", action="store_true", help="no dispatches or returns at all")
     args = parser.parse_args()
     started = time.perf_counter()
-    result = measure(args.workers, args.requests, args.seed, args.repeat)
+    result = measure(args.workers, args.requests, args.seed, args.repeat, history=not args.no_history)
     result["wall_s"] = time.perf_counter() - started
     print(json.dumps(result))
 

@@ -8,9 +8,14 @@ capacity those workers returned, and the work that arrived ahead of i.
 Requests of one eligibility row (request group or special group, see
 :mod:`vecsched.core.eligibility`) share their eligible workers A(i) and their
 takeable signatures, so the events a request may see are found per row, from
-the row's worker membership; each (request, event) pair of a row is then
-judged on flat arrays, in blocks of rows, and summed back per request with
-``bincount``. No Python loop runs over requests, workers or events.
+the row's worker membership. Requests whose window is the full 300 s share
+one window and midpoint: their returns are per-row sums, their dispatches and
+arrivals prefix sums over events sorted by queue key (see
+:mod:`vecsched.core.stall_prefix`). Requests created within the window get
+their returns and arrivals of higher priority from prefix sums over time;
+only their dispatches and their (priority, created) ties are still judged as
+(request, event) pairs, in blocks of rows. No Python loop runs over requests,
+workers or events.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
+from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals, prefix_sums, row_sums
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -204,6 +210,12 @@ def stall(
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
             context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
+        _shared_returns(context, member, row_of, looked)
+        _recent_returns(context, member, row_of, looked)
+        _shared_dispatches(context, member, row_of, looked)
+        if takeable is not None:
+            halves[:2] += _shared_window(context, takeable, row_of, looked)
+            halves[:2] += _recent_window(context, takeable, row_of, looked)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
         threads == 0,
@@ -219,6 +231,168 @@ def stall(
     out["returned_work"] = halves[2] + halves[3]
     out["stall_evidence"] = evidence
     out["might_stall"] = evidence == STALLING
+    return out
+
+
+def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
+    """Arriving work from waiting requests, per half, of the requests whose window is the full 300 s."""
+    n = len(context.rq.ids)
+    out = np.zeros((2, n))
+    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    k, arrived = looked[shared], context.arrived
+    if len(k) == 0 or len(arrived) == 0:
+        return out
+    out[:, k] = prefix_arrivals(
+        takeable=takeable,
+        request_row=row_of[shared],
+        request_position=context.position[k],
+        arrival_position=context.position[arrived],
+        arrival_signature=context.signature[arrived],
+        arrival_work=context.arrived_work,
+        second_half=context.rq.created[arrived] >= context.middle[k[0]],
+    )
+    return out
+
+
+def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Matched returns, their work per half and incompleteness, per row, for the requests whose window is the full 300 s."""
+    ev = context.ev
+    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    k = looked[shared]
+    if len(k) == 0 or len(ev.c_time) == 0:
+        return
+    second = ev.c_time >= context.middle[k[0]]
+    width = member.shape[1]
+    columns = [(~ev.c_matched, None)] + [(ev.c_matched & (second == h), None) for h in (0, 1)]
+    columns += [(ev.c_matched & (second == h), ev.c_work) for h in (0, 1)]
+    per_worker = np.stack(
+        [np.bincount(ev.c_worker[m], weights=None if w is None else w[m], minlength=width) for m, w in columns], axis=1
+    )
+    per_row = row_sums(member, per_worker.astype(np.float64))[row_of[shared]]
+    context.incomplete[k] |= per_row[:, 0] > 0
+    for h in (0, 1):
+        context.counts[h][k] += np.rint(per_row[:, 1 + h]).astype(np.int64)
+        context.halves[2 + h][k] += per_row[:, 3 + h]
+    context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
+
+
+def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Returns of the requests whose window starts at their creation: the row's returns less those before the start, the midpoint.
+
+    Every return kept is at or after now - 300 s, so the row's total is every
+    return by its workers; prefix sums over return times per worker count
+    those before a request's start and its midpoint.
+    """
+    ev = context.ev
+    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    k, rows = looked[recent], row_of[recent]
+    if len(k) == 0 or len(ev.c_time) == 0:
+        return
+    weights = np.stack([ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]).astype(np.float64)
+    per_worker = np.stack([np.bincount(ev.c_worker, weights=w, minlength=member.shape[1]) for w in weights], axis=1)
+    total = row_sums(member, per_worker)[rows].T
+    before = [prefix_sums(takeable=member, request_row=rows, request_position=x[k], item_position=ev.c_time,
+                          item_signature=ev.c_worker, weights=weights) for x in (context.start, context.middle)]
+    halves = (before[1] - before[0], total - before[1])
+    context.incomplete[k] |= total[1] - before[0][1] > 0.5
+    for h, half in enumerate(halves):
+        count = np.rint(half[0]).astype(np.int64)
+        context.counts[h][k] += count
+        context.out["returned_capacity"][k] += count
+        # Differences of sums: a half with no return has exactly no work.
+        context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
+
+
+def _key_ranks(priority: np.ndarray, created: np.ndarray) -> np.ndarray:
+    """Ranks of (priority desc, created asc) keys; equal keys share a rank."""
+    key = -priority.astype(np.float64)
+    order = np.lexsort((created, key))
+    k, c = key[order], created[order]
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.cumsum(np.r_[True, (k[1:] != k[:-1]) | (c[1:] != c[:-1])])
+    return rank
+
+
+def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Relevant and preceding dispatches, per row, for the requests created before the window.
+
+    Their window is the full 300 s and every dispatched request created in it
+    was created after them. Preceding ones are those ahead by queue key (a
+    prefix sum over dispatches sorted by key, per worker of the row), plus the
+    row's priority-pass dispatches, less those that list the owner and are
+    not ahead by key, less the request's own dispatches.
+    """
+    ev, rq, now = context.ev, context.rq, context.now
+    shared = rq.created[looked] < now - WINDOW_SECONDS
+    k, rows = looked[shared], row_of[shared]
+    if len(k) == 0 or len(ev.d_time) == 0:
+        return
+    late = (ev.d_created >= now - WINDOW_SECONDS) & (ev.d_created <= now)
+    second = ev.d_created >= context.middle[k[0]]
+    weights = np.stack([np.ones(len(ev.d_time)), ev.d_active.astype(np.float64),
+                        np.where(late & ~second, ev.d_work, 0.0), np.where(late & second, ev.d_work, 0.0)])
+    rank = _key_ranks(np.r_[ev.d_priority.astype(np.float64), rq.priority[k].astype(np.float64)],
+                      np.r_[ev.d_created, rq.created[k]])
+    rank_d, rank_k = rank[: len(ev.d_time)], rank[len(ev.d_time) :]
+    pp = ev.d_priority_pass.astype(bool)
+    preceding = prefix_sums(takeable=member, request_row=rows, request_position=rank_k, item_position=rank_d,
+                            item_signature=ev.d_worker, weights=weights * ~pp)
+    per_worker = np.stack([np.bincount(ev.d_worker, weights=w, minlength=member.shape[1])
+                           for w in (*(weights * pp), weights[0])], axis=1)
+    per_row = row_sums(member, per_worker)[rows].T
+    preceding += per_row[:4]
+    opportunities = per_row[4]
+    qi, dd = _listed_pairs(context, k)
+    hit = member[rows[qi], ev.d_worker[dd]] & (rank_d[dd] >= rank_k[qi])
+    for m in range(4):
+        preceding[m] -= np.bincount(qi[hit], weights=weights[m, dd[hit]], minlength=len(k))
+    # The request's own dispatches are not relevant to it.
+    at = np.full(len(rq.ids), -1, np.int64)
+    at[k] = np.arange(len(k))
+    dd = np.flatnonzero(ev.d_request >= 0)
+    qi = at[ev.d_request[dd]]
+    dd, qi = dd[qi >= 0], qi[qi >= 0]
+    mine = member[rows[qi], ev.d_worker[dd]]
+    dd, qi = dd[mine], qi[mine]
+    opportunities -= np.bincount(qi, minlength=len(k))
+    listed = np.isin(dd * context.n_users + context.owner_code[k[qi]], context.listed)
+    own = (rank_d[dd] < rank_k[qi]) | (pp[dd] & ~listed)
+    for m in range(4):
+        preceding[m] -= np.bincount(qi[own], weights=weights[m, dd[own]], minlength=len(k))
+    out = context.out
+    out["dispatch_opportunities"][k] += np.rint(opportunities).astype(np.int64)
+    out["lost_opportunities"][k] += np.rint(preceding[0]).astype(np.int64)
+    out["active_preceding_dispatches"][k] += np.rint(preceding[1]).astype(np.int64)
+    context.halves[0][k] += preceding[2]
+    context.halves[1][k] += preceding[3]
+
+
+def _listed_pairs(context: _Context, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position in ``k``, dispatch) pairs: a priority-pass dispatch that lists the request's owner."""
+    listed = context.listed
+    dispatch, user = listed // context.n_users, listed % context.n_users
+    owners = context.owner_code[k]
+    by_owner = np.argsort(owners, kind="stable")
+    sorted_owners = owners[by_owner]
+    lo = np.searchsorted(sorted_owners, user, "left")
+    hi = np.searchsorted(sorted_owners, user, "right")
+    return _expand_ranges(lo, hi, dispatch, by_owner)
+
+
+def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
+    """Arriving work of higher priority, per half, of the requests whose window starts at their creation."""
+    rq, arrived = context.rq, context.arrived
+    out = np.zeros((2, len(rq.ids)))
+    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    k = looked[recent]
+    if len(k) == 0 or len(arrived) == 0:
+        return out
+    out[:, k] = higher_priority_arrivals(
+        takeable=takeable, request_row=row_of[recent], request_priority=rq.priority[k],
+        request_created=rq.created[k], request_middle=context.middle[k],
+        arrival_priority=rq.priority[arrived], arrival_created=rq.created[arrived],
+        arrival_signature=context.signature[arrived], arrival_work=context.arrived_work,
+    )
     return out
 
 
@@ -281,29 +455,22 @@ class _Context:
 
     def block(self, member: np.ndarray, takeable: np.ndarray | None, requests: tuple[np.ndarray, np.ndarray]) -> None:
         offsets, reqs = requests
-        self._returns(member, offsets, reqs)
-        self._dispatches(member, offsets, reqs)
+        # Requests sharing the full window get their returns and arrivals per row (see _shared_window).
+        recent = self.start[reqs] > self.now - WINDOW_SECONDS
+        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
+                              minlength=len(offsets) - 1)
+        # Requests created before the window get their dispatches per row (see _shared_dispatches).
+        later = self.rq.created[reqs] >= self.now - WINDOW_SECONDS
+        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[later],
+                              minlength=len(offsets) - 1)
+        self._dispatches(member, np.r_[0, np.cumsum(per_row)], reqs[later])
         if takeable is not None:
-            self._arrivals(takeable, offsets, reqs)
+            if recent.any():
+                self._arrivals(takeable[per_row > 0], np.r_[0, np.cumsum(per_row[per_row > 0])], reqs[recent])
 
     @staticmethod
     def _add(target: np.ndarray, k: np.ndarray, weights: np.ndarray | None = None) -> None:
         target += np.bincount(k, weights=weights, minlength=len(target)).astype(target.dtype)
-
-    def _returns(self, member, offsets, reqs) -> None:
-        ev = self.ev
-        k, c = _expand(member[:, ev.c_worker], offsets, reqs)
-        t = ev.c_time[c]
-        seen = t >= self.start[k]
-        k, c, t = k[seen], c[seen], t[seen]
-        matched = ev.c_matched[c]
-        self.incomplete[k[~matched]] = True
-        k, c, t = k[matched], c[matched], t[matched]
-        second = t >= self.middle[k]
-        self._add(self.out["returned_capacity"], k)
-        for h, mask in enumerate((~second, second)):
-            self._add(self.counts[h], k[mask])
-            self._add(self.halves[2 + h], k[mask], ev.c_work[c[mask]])
 
     def _dispatches(self, member, offsets, reqs) -> None:
         ev, rq = self.ev, self.rq
@@ -329,28 +496,18 @@ class _Context:
 
     def _arrivals(self, takeable, offsets, reqs) -> None:
         rq, arrived = self.rq, self.arrived
-        # j can be ahead of k and created no earlier than k's window only with a
-        # higher priority, or the same priority and creation time. Rows hold
-        # their requests by priority and creation, so the first kind is a
-        # leading range of the row; the second is a join on (priority, created).
+        # For a request whose window starts at its creation, an arrival ahead of
+        # it has a higher priority (see _recent_window) or the same priority and
+        # creation time: the latter is a join on (priority, created).
         row_local = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-        prio = self.prio_rank[reqs]
-        row_min = prio[offsets[:-1]]
-        a_prio = self.prio_rank[arrived]
-        above = np.flatnonzero(a_prio > row_min.min()) if len(row_min) else np.zeros(0, np.int64)
-        r, j = np.nonzero(takeable[:, self.signature[arrived[above]]] & (a_prio[above][None, :] > row_min[:, None]))
-        j = above[j]
-        keys = (row_local * self.n_prio + prio) * self.n_created
-        less = np.searchsorted(keys, (r * self.n_prio + a_prio[j]) * self.n_created, "left")
-        k1, j1 = _expand_ranges(offsets[r], less, j, reqs)
         same = self.prio_rank * self.n_created + self.created_rank
         by_key = np.argsort(same[arrived], kind="stable")
         sorted_keys = same[arrived][by_key]
         lo = np.searchsorted(sorted_keys, same[reqs], "left")
         hi = np.searchsorted(sorted_keys, same[reqs], "right")
-        j2, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
-        takes = takeable[row_local[q], self.signature[arrived[j2]]]
-        k, j = np.r_[k1, reqs[q[takes]]], np.r_[j1, j2[takes]]
+        j, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
+        takes = takeable[row_local[q], self.signature[arrived[j]]]
+        k, j = reqs[q[takes]], j[takes]
         created = rq.created[arrived[j]]
         keep = (created >= self.start[k]) & (self.position[arrived[j]] < self.position[k])
         k, j, created = k[keep], j[keep], created[keep]
