@@ -13,7 +13,8 @@ What it does, all on this machine:
    it changes every text worker's thread count, so consecutive cycles give most
    requests different figures, and it records what each cycle published for the
    polled ids;
-3. starts ``vecsched serve`` (gunicorn, ``--processes`` x ``--threads``);
+3. starts ``vecsched serve`` (granian, ``--processes`` x ``--threads``; progress as of the
+   cycle, or read on every poll with ``--live-progress``);
 4. polls the horde paths from ``--clients`` threads with keep-alive connections
    for ``--seconds`` (a bounded loop), and with ``wrk`` too when it is installed;
 5. checks every answer of the Python clients against the cycle its
@@ -225,6 +226,8 @@ def main() -> None:
     ap.add_argument("--wrk-seconds", type=int, default=10, help="0: skip wrk")
     ap.add_argument("--db", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--live-progress", action="store_true",
+                    help="serve with --live-progress (a database query per poll)")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     if args.quick:
@@ -244,7 +247,8 @@ def main() -> None:
     procs: list = []
     out: dict = {"workers": args.workers, "requests": args.requests, "processes": args.processes,
                  "threads": args.threads, "clients": args.clients, "seconds": args.seconds,
-                 "interval": args.interval, "cores": os.cpu_count()}
+                 "interval": args.interval, "cores": os.cpu_count(),
+                 "progress": "live" if args.live_progress else "cycle"}
     tmp = tempfile.mkdtemp(prefix="vs-http-load-")
     try:
         snap = horde(workers=args.workers, requests=args.requests, seed=0)
@@ -277,7 +281,8 @@ def main() -> None:
         server = subprocess.Popen(
             [sys.executable, "-m", "vecsched", "serve", "--port", str(port), "--processes", str(args.processes),
              "--threads", str(args.threads), "--db", url, "--redis", args.redis, "--prefix", prefix,
-             "--log-level", "WARNING"], env=env)
+             "--log-level", "WARNING"] + (["--live-progress"] if args.live_progress else []), env=env,
+            stdout=sys.stderr)
         procs.append(server)
         _wait_health(port)
 

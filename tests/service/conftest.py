@@ -104,7 +104,29 @@ def published_horde(tmp_path) -> PublishedHorde:
 
 @pytest.fixture
 def http_service(published_horde):
+    """The service reading the database on every poll (``--live-progress``)."""
     from vecsched.service.http import StatusService
 
     return StatusService(store=published_horde.store, progress=DatabaseProgress(published_horde.engine),
+                         live_progress=True, clock=lambda: published_horde.now + 1.0)
+
+
+class CountingProgress(DatabaseProgress):
+    """A :class:`DatabaseProgress` that counts its queries."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.queries = 0
+
+    def read(self, request_id):
+        self.queries += 1
+        return super().read(request_id)
+
+
+@pytest.fixture
+def cycle_service(published_horde):
+    """The default service: the database is asked only for what the cycle does not hold."""
+    from vecsched.service.http import StatusService
+
+    return StatusService(store=published_horde.store, progress=CountingProgress(published_horde.engine),
                          clock=lambda: published_horde.now + 1.0)

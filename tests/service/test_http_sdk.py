@@ -53,9 +53,10 @@ def test_the_sdk_models_are_strict() -> None:
              "queue_position": 0, "kudos": 0.0, "ahead_wait": 1.0})
 
 
+@pytest.mark.parametrize("mode", ["cycle", "live"])
 @pytest.mark.parametrize("key", list(IDS))
-def test_every_200_answer_parses_strictly(key, http_service) -> None:
-    client = create_app(http_service).test_client()
+def test_every_200_answer_parses_strictly(key, mode, http_service, cycle_service) -> None:
+    client = create_app(http_service if mode == "live" else cycle_service).test_client()
     gentype = "image" if key == "offline" else "text"
     for path, model in PATHS[gentype]:
         got = client.get(path + IDS[key])

@@ -49,6 +49,21 @@ def test_payload_round_trip(make_estimates) -> None:
     assert all(len(p) < 90 for p in payloads)
 
 
+def test_payload_carries_each_request_s_kudos_from_the_snapshot(make_estimates) -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    est = make_estimates(10.0, ["a", "b"])
+    est = SimpleNamespace(request_id=est.request_id, columns=est.columns, request_index=np.array([2, 0]))
+    requests = SimpleNamespace(kudos=np.array([1.5, 99.0, 12.25]))
+    _, payloads = encode_payloads(est, 10.0, requests)
+    assert [decode_payload(p)["kudos"] for p in payloads] == [12.25, 1.5]
+    # without the request table kudos is 0; a version-2 payload has no kudos at all
+    assert decode_payload(encode_payloads(est, 10.0)[1][0])["kudos"] == 0.0
+    assert "kudos" not in decode_payload("[2,1.0,0,0,0,0,0,null,null,0,null,0,0,0,0,0,0,-1,0,0,0,0,null,null]")
+
+
 def test_publish_then_read(store, make_estimates) -> None:
     assert store.read_status("r1") is None
     assert store.publish(_cycle(make_estimates, 100.0, ["r1", "r2"], 1))

@@ -145,9 +145,12 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
     p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
+    p.add_argument("--live-progress", action="store_true",
+                   help="read progress and kudos from the database on every horde-path poll; by default a "
+                        "request the cycle holds answers from the cycle alone, as of the cycle (docs/http.md)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   help="log level; at DEBUG gunicorn logs request lines, ids included (default: INFO)")
+                   help="log level; no level logs request lines, which hold ids (default: INFO)")
     common(p)
     p.set_defaults(func=_serve)
 
@@ -389,4 +392,4 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return serve(host=args.host, port=args.port, processes=args.processes, threads=args.threads,
                  database_url=_db_url(args), redis_url=args.redis, prefix=args.prefix,
-                 max_age=args.max_age, log_level=args.log_level)
+                 max_age=args.max_age, live_progress=args.live_progress, log_level=args.log_level)

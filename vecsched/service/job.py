@@ -235,7 +235,7 @@ def run_cycle(
         stage = "estimate"
         estimates = estimate(snapshot)
         state = build_prospective_state(snapshot, estimates)
-        ids, payloads = encode_payloads(estimates, now)
+        ids, payloads = encode_payloads(estimates, now, snapshot.requests)
         ended_ids, ended_payloads = ended_requests(snapshot)
         t2 = time.perf_counter()
         report.estimate = t2 - t1

@@ -17,21 +17,29 @@ from vecsched.core.stall import EVIDENCE
 from vecsched.snapshot.schema import GENTYPES
 
 # 2: section 7 (might_stall, stall_evidence as its code, -1 for null, and the
-# pressure figures) appended; a version-1 payload decodes to the fields it has.
-PAYLOAD_VERSION = 2
+# pressure figures) appended; 3: the request's kudos appended, so the status
+# route answers a request the cycle holds without a database query. An older
+# payload decodes to the fields it has.
+PAYLOAD_VERSION = 3
 
-# A payload is the estimate's fields (vecsched.core.result.FIELDS) behind a
-# version and the cycle time; bump PAYLOAD_VERSION when FIELDS change.
-PAYLOAD_FIELDS = ("version", "cycle_time") + FIELDS
+REQUEST_FIELDS = ("kudos",)
+"""Columns of the snapshot's request table carried as they were loaded (not estimates)."""
+
+# A payload is the estimate's fields (vecsched.core.result.FIELDS) and the
+# request columns behind a version and the cycle time; bump PAYLOAD_VERSION
+# when either changes.
+PAYLOAD_FIELDS = ("version", "cycle_time") + FIELDS + REQUEST_FIELDS
 
 _INT = INT_FIELDS
 
 _BOOL = BOOL_FIELDS
 
-_FLOAT = FLOAT_FIELDS
+_FLOAT = FLOAT_FIELDS + REQUEST_FIELDS
 
 
-def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[str]]:
+def encode_payloads(
+    estimates: Any, cycle_time: float, requests: Any = None
+) -> tuple[list[str], list[str]]:
     """Request ids and compact JSON payloads for every request of ``estimates``.
 
     Floats are kept to the millisecond; unknown (NaN, and the infinities JSON
@@ -46,6 +54,9 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
         array, every :data:`PAYLOAD_FIELDS` entry after the first two).
     cycle_time : float
         Epoch seconds of the cycle, carried by every payload.
+    requests : RequestTable, optional
+        The snapshot's requests, for :data:`REQUEST_FIELDS` (rows picked by
+        ``estimates.request_index``); without it they are 0.
 
     Returns
     -------
@@ -64,7 +75,7 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
     >>> est = SimpleNamespace(request_id=np.array(["r1"], dtype=object), columns=cols)
     >>> ids, payloads = encode_payloads(est, 1700000000.0)
     >>> payloads[0]
-    '[2,1700000000.0,0,0,0,0,0,null,null,0,null,0,0,0,0,0,0,-1,0,0,0,0,null,null]'
+    '[3,1700000000.0,0,0,0,0,0,null,null,0,null,0,0,0,0,0,0,-1,0,0,0,0,null,null,0.0]'
     >>> got = decode_payload(payloads[0])
     >>> got["wait_time"] is None, got["stall_evidence"] is None, got["might_stall"]
     (True, True, False)
@@ -76,6 +87,7 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
     if n == 0:
         return ids, []
     blocks: list[np.ndarray] = []
+    cols = {**cols, **_request_columns(estimates, requests, n)}
     for name in PAYLOAD_FIELDS[2:]:
         values = np.asarray(cols[name])
         if len(values) != n:
@@ -86,6 +98,13 @@ def encode_payloads(estimates: Any, cycle_time: float) -> tuple[list[str], list[
             blocks.append(_int_block(values.astype(np.int64)))
     head = f"[{PAYLOAD_VERSION},{float(cycle_time)!r},"
     return ids, _ascii_rows(blocks, head, "]")
+
+
+def _request_columns(estimates: Any, requests: Any, n: int) -> dict[str, np.ndarray]:
+    if requests is None:
+        return {name: np.zeros(n) for name in REQUEST_FIELDS}
+    rows = np.asarray(estimates.request_index)
+    return {name: np.asarray(getattr(requests, name))[rows] for name in REQUEST_FIELDS}
 
 
 _TRIPLES = np.array([list(f"{k:03d}".encode()) for k in range(1000)], dtype=np.uint8)

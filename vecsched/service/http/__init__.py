@@ -32,6 +32,7 @@ from werkzeug.routing import PathConverter
 from vecsched.service.http.answers import (
     Answer,
     error,
+    holds_figures,
     horde_answer,
     is_stale,
     not_found,
@@ -56,8 +57,13 @@ class StatusService:
     store : Store
         Where the job publishes cycles.
     progress : DatabaseProgress or None
-        Live progress and kudos; None serves the cycle's progress alone (and
-        ``kudos`` 0).
+        The database's progress and kudos; None serves the cycle's alone.
+    live_progress : bool, default False
+        Read the database on every horde-path poll. By default it is read only
+        for a request the cycle does not hold (newer than the cycle, or ended):
+        a request the cycle holds answers from the cycle alone, its progress and
+        kudos as of the cycle (at most one refresh interval old, like its wait),
+        which is one store read per poll and no query.
     max_age : float or None
         Seconds after which figures are stale; default three refresh intervals.
     clock : callable
@@ -73,13 +79,14 @@ class StatusService:
 
     store: Store
     progress: DatabaseProgress | None = None
+    live_progress: bool = False
     max_age: float | None = None
     clock: Callable[[], float] = time.time
 
     @classmethod
     def from_environment(
         cls, *, database_url: str | None = None, redis_url: str | None = None, prefix: str | None = None,
-        max_age: float | None = None,
+        max_age: float | None = None, live_progress: bool = False,
     ) -> "StatusService":
         """The job's own configuration (``VECSCHED_DATABASE_URL``, ``REDIS_URL``, ``VECSCHED_REDIS_PREFIX``).
 
@@ -91,7 +98,7 @@ class StatusService:
 
         url = database_url or default_database_url()
         store = open_store(redis_url=redis_url, database_url=url, prefix=prefix)
-        return cls(store=store, progress=DatabaseProgress(url), max_age=max_age)
+        return cls(store=store, progress=DatabaseProgress(url), max_age=max_age, live_progress=live_progress)
 
     def _row(self, request_id: str) -> RequestProgress | None:
         return None if self.progress is None else self.progress.read(request_id)
@@ -109,8 +116,10 @@ class StatusService:
             reading = self.store.read_status(request_id)
             if is_stale(reading, self.clock(), self.max_age):
                 return stale_answer(reading)
+            needs_row = self.live_progress or not holds_figures(reading)
             answer = horde_answer(
-                shape=shape, reading=reading, row=self._row(request_id), read_totals=self.store.read_meta
+                shape=shape, reading=reading, row=self._row(request_id) if needs_row else None,
+                read_totals=self.store.read_meta,
             )
             if answer.status != 409:
                 return answer

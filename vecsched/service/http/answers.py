@@ -104,6 +104,19 @@ def is_stale(reading: Reading | None, now: float, max_age: float | None) -> bool
     return now - reading.time > limit
 
 
+def holds_figures(reading: Reading | None) -> bool:
+    """Whether the cycle holds the request's figures (it was waiting when the cycle ran).
+
+    Examples
+    --------
+    >>> holds_figures(Reading("c", 1.0, 5.0, "[3,1.0]")), holds_figures(Reading("c", 1.0, 5.0, '{"ended":"done"}'))
+    (True, False)
+    >>> holds_figures(Reading("c", 1.0, 5.0, None)), holds_figures(None)
+    (False, False)
+    """
+    return reading is not None and bool(reading.value) and _ended(reading.value) is None
+
+
 def stale_answer(reading: Reading | None) -> Answer:
     """503 with ``Retry-After`` (one refresh interval) and rc ``EstimatesStale``."""
     retry = 5 if reading is None else max(1, math.ceil(reading.interval))
@@ -128,7 +141,8 @@ def horde_answer(
         The store's current cycle and the request's payload (value None when the
         cycle lacks it); the caller has checked it is fresh.
     row : RequestProgress or None
-        The database's row now; None when the database does not hold it.
+        The database's row now; None when the database does not hold it, or was
+        not asked (the cycle holds the request: progress and ``kudos`` are the cycle's).
     read_totals : callable
         Returns the current cycle's horde totals (``store.read_meta``); called only
         for a request newer than the cycle.
@@ -165,7 +179,11 @@ def horde_answer(
         body = _newer_than_cycle(row, horde.get(gentype) or {})
     else:
         body = _known(figures, row)
-    body["kudos"] = float(row.kudos) if row is not None else 0.0
+    if row is not None:
+        body["kudos"] = float(row.kudos)
+    else:
+        # The cycle's (payload version 3 on); 0 when neither source has it.
+        body["kudos"] = float((figures or {}).get("kudos") or 0.0)
     if with_generations:
         body["generations"] = []
     return Answer(200, body, {"X-Vecsched-Cycle": _iso(reading.time)})
