@@ -243,6 +243,38 @@ def test_blueprint_inside_another_app(http_service) -> None:
     assert got.status_code == 200 and got.get_json()["kudos"] == 12.5
 
 
+@pytest.mark.parametrize("mode", ["cycle", "live"])
+def test_the_fast_path_answers_as_the_flask_routes(mode, published_horde, http_service, cycle_service) -> None:
+    """create_app answers horde-path polls without Flask's routing; the blueprint, which the
+    horde mounts in its own app, must answer every one of them the same."""
+    from flask import Flask
+
+    from vecsched.service.http import HORDE_PATHS, status_blueprint
+
+    service = http_service if mode == "live" else cycle_service
+    fast = create_app(service).test_client()
+    plain = Flask("horde")
+    plain.register_blueprint(status_blueprint(service))
+    flask_only = plain.test_client()
+    ids = [*IDS.values(), "nope", "*", "a:b", "x" * (MAX_ID_LENGTH + 1)]
+    for prefix in HORDE_PATHS:
+        for rid in ids:
+            path = prefix + urllib.parse.quote(rid, safe="")
+            a, b = fast.get(path), flask_only.get(path)
+            assert (a.status_code, a.get_json()) == (b.status_code, b.get_json()), path
+            for header in ("Content-Type", "Retry-After", "X-Vecsched-Cycle"):
+                assert a.headers.get(header) == b.headers.get(header), (path, header)
+    # and the fast path is the one taken: Flask never sees a poll, only the rest
+    app, seen = create_app(service), []
+    app.before_request(lambda: seen.append(1))
+    assert app.test_client().get(f"/v2/generate/text/status/{IDS['normal']}").status_code == 200 and seen == []
+    app.test_client().get("/vecsched/v1/health")
+    assert seen == [1]
+    stale = StatusService(store=published_horde.store, clock=lambda: published_horde.now + 3600.0)
+    a = create_app(stale).test_client().get(f"/v2/generate/check/{IDS['offline']}")
+    assert a.status_code == 503 and a.headers["Retry-After"] == "5" and a.get_json()["rc"] == "EstimatesStale"
+
+
 ODD_IDS = ["*", "?", "[", "]", ":", "a*", "a?c", "[ab]", "a:b", "a\nb", "\r\n", "x" * 1000, "é/ü", "%", "a b"]
 
 

@@ -23,6 +23,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, Callable
 
 from flask import Blueprint, Flask, Response, request
@@ -188,6 +189,14 @@ class StatusService:
         return Answer(503, body, {"Retry-After": str(max(1, round(reading.interval)))})
 
 
+HORDE_PATHS: dict[str, str] = {
+    # path prefix (the id follows) -> answers.SHAPES key
+    "/v2/generate/text/status/": "text_status",
+    "/v2/generate/status/": "image_status",
+    "/v2/generate/check/": "image_check",
+}
+
+
 class _IdConverter(PathConverter):
     """Any non-empty id, newlines and slashes included: ids are data, the route decides."""
 
@@ -231,9 +240,8 @@ def status_blueprint(service: StatusService, *, name: str = "vecsched") -> Bluep
         view.__name__ = shape
         return view
 
-    bp.add_url_rule("/v2/generate/text/status/<request_id:request_id>", view_func=horde_route("text_status"))
-    bp.add_url_rule("/v2/generate/status/<request_id:request_id>", view_func=horde_route("image_status"))
-    bp.add_url_rule("/v2/generate/check/<request_id:request_id>", view_func=horde_route("image_check"))
+    for prefix, shape in HORDE_PATHS.items():
+        bp.add_url_rule(f"{prefix}<request_id:request_id>", view_func=horde_route(shape))
     bp.add_url_rule("/vecsched/v1/status/<request_id:request_id>", "own_status",
                     lambda request_id: _respond(service.own(request_id)))
     bp.add_url_rule("/vecsched/v1/prospective", "prospective",
@@ -252,8 +260,42 @@ def _on_error(exc: Exception) -> Response:
     return _respond(error(500, "InternalServerError", "The status service failed; try again."))
 
 
+class _HordePolls:
+    """WSGI middleware answering the horde paths' GETs without Flask's request machinery.
+
+    Polls are nearly all of the traffic, and Flask's per-request work (context,
+    routing, response object) costs about as much CPU as the answer itself
+    (``docs/http.md``, "Under load"). Everything else, and any id that is not
+    plain ASCII, goes on to the Flask app, which answers the same (tested).
+    """
+
+    def __init__(self, app: Callable[..., Any], service: StatusService):
+        self.app = app
+        self.service = service
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") == "GET" and path.isascii():
+            for prefix, shape in HORDE_PATHS.items():
+                if path.startswith(prefix) and len(path) > len(prefix):
+                    return self._answer(shape, path[len(prefix):], start_response)
+        return self.app(environ, start_response)
+
+    def _answer(self, shape: str, request_id: str, start_response: Callable[..., Any]) -> list[bytes]:
+        try:
+            answer = self.service.horde(shape, request_id)
+        except Exception as exc:  # noqa: BLE001 - as _on_error: the id is never logged
+            log.error("status route failed: %s", type(exc).__name__)
+            answer = error(500, "InternalServerError", "The status service failed; try again.")
+        body = json.dumps(answer.body).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                   *answer.headers.items()]
+        start_response(f"{answer.status} {HTTPStatus(answer.status).phrase}", headers)
+        return [body]
+
+
 def create_app(service: StatusService | None = None) -> Flask:
-    """A Flask app serving :func:`status_blueprint` at the root.
+    """A Flask app serving :func:`status_blueprint` at the root, horde-path polls on a fast path.
 
     Parameters
     ----------
@@ -273,7 +315,9 @@ def create_app(service: StatusService | None = None) -> Flask:
     >>> client.get("/nowhere").status_code
     404
     """
+    service = service or StatusService.from_environment()
     app = Flask("vecsched")
-    app.register_blueprint(status_blueprint(service or StatusService.from_environment()))
+    app.register_blueprint(status_blueprint(service))
     app.register_error_handler(HTTPException, _on_error)
+    app.wsgi_app = _HordePolls(app.wsgi_app, service)  # type: ignore[method-assign]
     return app
