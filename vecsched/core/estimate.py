@@ -285,7 +285,7 @@ def _jobs_in_flight(
         name: np.bincount(req[state == code], minlength=n).astype(np.int64)
         for name, code in (("processing", JOB_PROCESSING), ("finished", JOB_FINISHED), ("restarted", JOB_FAULTED))
     }
-    counts["waiting"] = np.maximum(rq.jobs - counts["processing"] - counts["finished"], 0)
+    counts["waiting"] = figures.waiting_jobs(rq.jobs, counts["processing"], counts["finished"])
 
     inflight = np.zeros(n)
     running = state == JOB_PROCESSING

@@ -1,5 +1,8 @@
 """Waits from the sums (SPEC.md section 5): the one place the wait formulas are written.
 
+Also the one place of the ``waiting`` progress count, which the status route
+computes from the database's live counts.
+
 The batch (:mod:`vecsched.core.estimate`) and the prospective answer
 (:mod:`vecsched.core.prospective`) both call these, so a request created right
 after an answer is told the same ``ahead_wait`` by its first cycle.
@@ -54,3 +57,15 @@ def wait_time(
         wait = (work_ahead + own_work) / rate + in_flight
     wait[throughput == 0] = np.nan
     return wait
+
+
+def waiting_jobs(jobs: np.ndarray, processing: np.ndarray, finished: np.ndarray) -> np.ndarray:
+    """Jobs of a request neither in flight nor finished (its ``waiting`` progress count).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> waiting_jobs(np.array([3, 2]), np.array([1, 1]), np.array([0, 2]))
+    array([2, 0])
+    """
+    return np.maximum(jobs - processing - finished, 0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from vecsched.core.figures import waiting_jobs
 from vecsched.service.sql.schema import make_engine, processing_gens, waiting_prompts
 from vecsched.snapshot.schema import REQUEST_COLUMNS
 
@@ -47,7 +48,7 @@ class RequestProgress:
     @property
     def waiting(self) -> int:
         """Jobs neither in flight nor finished (the README's progress rule)."""
-        return max(self.jobs - self.processing - self.finished, 0)
+        return int(waiting_jobs(self.jobs, self.processing, self.finished))
 
     @property
     def done(self) -> bool:

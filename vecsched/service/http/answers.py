@@ -21,6 +21,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
+from vecsched.core.figures import wait_time
 from vecsched.service.payload import decode_payload
 from vecsched.service.read import _ended  # the one decoder of the job's ENDED_PAYLOADS
 from vecsched.service.progress import RequestProgress
@@ -244,8 +247,11 @@ def _newer_than_cycle(row: RequestProgress, totals: Mapping[str, Any]) -> dict[s
     work_ahead = float(totals.get("queued_work") or 0) * scale
     wait = 0
     if threads > 0 and speed:
-        rate = float(speed) * min(threads, jobs_ahead + row.n)
-        wait = int(round((work_ahead + row.work) / rate))
+        # SPEC section 5's wait, over the whole gentype (its eligibility is not known yet)
+        seconds = wait_time(np.array([work_ahead]), np.array([jobs_ahead]), np.array([row.work]),
+                            np.array([row.n]), np.array([threads]), np.array([float(speed) * threads]),
+                            np.zeros(1))
+        wait = int(round(float(seconds[0])))
     body.update(
         queue_position=ahead_requests,
         wait_time=wait,
