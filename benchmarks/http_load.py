@@ -56,8 +56,12 @@ def _iso(t: float) -> str:
 
 
 def _publisher(url: str, redis_url: str, prefix: str, interval: float, stop_at: float,
-               sample: list[str], out_path: str) -> None:
+               sample: list[str], out_path: str, niceness: int = 0) -> None:
     """The job, with the thread counts changed before each cycle; what each cycle published, recorded."""
+    if niceness:
+        # What an operator running the job beside the server does: the batch yields the CPU
+        # to the latency-bound polls (its cycles take longer, its figures are the same).
+        os.nice(niceness)
     from vecsched.service.job import SQLLoader, run_cycle
     from vecsched.service.payload import decode_payload
     from vecsched.service.sql import make_engine, workers
@@ -226,6 +230,8 @@ def main() -> None:
     ap.add_argument("--wrk-seconds", type=int, default=10, help="0: skip wrk")
     ap.add_argument("--db", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--job-nice", type=int, default=0,
+                    help="run the publishing job at this niceness (os.nice), as beside a server")
     ap.add_argument("--live-progress", action="store_true",
                     help="serve with --live-progress (a database query per poll)")
     ap.add_argument("--quick", action="store_true")
@@ -248,7 +254,7 @@ def main() -> None:
     out: dict = {"workers": args.workers, "requests": args.requests, "processes": args.processes,
                  "threads": args.threads, "clients": args.clients, "seconds": args.seconds,
                  "interval": args.interval, "cores": os.cpu_count(),
-                 "progress": "live" if args.live_progress else "cycle"}
+                 "progress": "live" if args.live_progress else "cycle", "job_nice": args.job_nice}
     tmp = tempfile.mkdtemp(prefix="vs-http-load-")
     try:
         snap = horde(workers=args.workers, requests=args.requests, seed=0)
@@ -264,7 +270,8 @@ def main() -> None:
         cycles_path = os.path.join(tmp, "cycles.jsonl")
         total = args.seconds + (args.wrk_seconds or 0) + 60
         pub = multiprocessing.get_context("spawn").Process(
-            target=_publisher, args=(url, args.redis, prefix, args.interval, time.time() + total, sample, cycles_path))
+            target=_publisher, args=(url, args.redis, prefix, args.interval, time.time() + total, sample, cycles_path,
+                  args.job_nice))
         pub.start()
         procs.append(pub)
         while store.read_current() is None:
