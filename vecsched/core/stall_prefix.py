@@ -108,60 +108,6 @@ def _chunk(takes: np.ndarray, ahead: np.ndarray, signature: np.ndarray, weights:
     return out, first
 
 
-def higher_priority_arrivals(
-    *,
-    takeable: np.ndarray,
-    request_row: np.ndarray,
-    request_priority: np.ndarray,
-    request_created: np.ndarray,
-    request_middle: np.ndarray,
-    arrival_priority: np.ndarray,
-    arrival_created: np.ndarray,
-    arrival_signature: np.ndarray,
-    arrival_work: np.ndarray,
-) -> np.ndarray:
-    """Arriving work per half, ``(2, n)``, from arrivals of higher priority, for requests whose window starts at their creation.
-
-    Such a request's window is [created, now], so an arrival ahead of it
-    created in the window has a higher priority, or the same priority and
-    creation time (those ties are left to the caller). Per priority level of
-    the requests, the arrivals above it are summed per signature over their
-    creation times, read at the request's creation and midpoint. The loop
-    runs over priority levels, not requests.
-
-    Examples
-    --------
-    >>> higher_priority_arrivals(takeable=np.array([[True]]), request_row=np.array([0, 0]),
-    ...     request_priority=np.array([0, 1]), request_created=np.array([10.0, 10.0]),
-    ...     request_middle=np.array([20.0, 20.0]), arrival_priority=np.array([1, 2, 0]),
-    ...     arrival_created=np.array([12.0, 25.0, 11.0]), arrival_signature=np.array([0, 0, 0]),
-    ...     arrival_work=np.array([1.0, 2.0, 4.0])).tolist()
-    [[1.0, 0.0], [2.0, 2.0]]
-    """
-    n = len(request_row)
-    out = np.zeros((2, n))
-    order = np.argsort(request_priority, kind="stable")
-    levels, starts = np.unique(request_priority[order], return_index=True)
-    for level, lo, hi in zip(levels, starts, np.r_[starts[1:], n]):
-        above = np.flatnonzero(arrival_priority > level)
-        if len(above) == 0:
-            continue
-        block = order[lo:hi]
-        # created_j >= x  <=>  -created_j < nextafter(-x, +inf): a strict "ahead" count,
-        # read at each request's creation and midpoint in one pass.
-        since = prefix_sums(
-            takeable=takeable, request_row=np.r_[request_row[block], request_row[block]],
-            request_position=np.nextafter(-np.r_[request_created[block], request_middle[block]], np.inf),
-            item_position=-arrival_created[above], item_signature=arrival_signature[above],
-            weights=np.stack([arrival_work[above], np.ones(len(above))]),
-        )
-        first = since[:, : len(block)] - since[:, len(block) :]  # (work, count)
-        # A difference of sums: a first half with no arrival has exactly no work.
-        out[0, block] = np.where(first[1] > 0.5, first[0], 0.0)
-        out[1, block] = since[0, len(block) :]
-    return out
-
-
 def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
     """``member @ per_worker`` for a boolean (row, worker) matrix, in row chunks that bound memory.
 
