@@ -6,13 +6,16 @@ in that window is inside it. Its arriving work from waiting requests is then
 the work of the arrivals ahead of it in queue order whose signature its row
 can take, split by one fixed midpoint: per signature, a cumulative sum over
 the arrivals sorted by queue position, read at the request's position and
-summed over the signatures its row takes. Cost follows requests x signatures
-plus arrivals, never requests x arrivals.
+summed over the signatures its row takes, by the binned matrix products of
+:mod:`vecsched.core.stall_sums`. Cost follows rows x signatures x bins plus
+requests x arrivals per bin, never requests x arrivals.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from vecsched.core.stall_sums import binned_sums
 
 CELLS_PER_CHUNK = 1 << 21
 
@@ -43,7 +46,7 @@ def prefix_arrivals(
     ...     second_half=np.array([False, True, False])).tolist()
     [[1.0, 1.0], [0.0, 2.0]]
     """
-    n, n_signatures = len(request_row), takeable.shape[1]
+    n = len(request_row)
     out = np.zeros((2, n))
     if n == 0 or len(arrival_position) == 0:
         return out
@@ -70,42 +73,9 @@ def prefix_sums(
     ...     item_signature=np.array([0, 1, 0]), weights=np.array([[1.0, 1.0, 1.0]])).tolist()
     [[1.0]]
     """
-    n, n_signatures = len(request_row), takeable.shape[1]
-    out = np.zeros((len(weights), n))
-    if n == 0 or len(item_position) == 0:
-        return out
-    by_position = np.argsort(item_position, kind="stable")
-    signature = item_signature[by_position].astype(np.int64)
-    weights = weights[:, by_position]
-    # How many items lie ahead of each request; requests taken in that order.
-    ahead = np.searchsorted(item_position[by_position], request_position, "left")
-    order = np.argsort(ahead, kind="stable")
-    chunk = max(1, CELLS_PER_CHUNK // max(n_signatures, 1))
-    base = np.zeros((len(weights), n_signatures))
-    done = 0
-    for lo in range(0, n, chunk):
-        block = order[lo : lo + chunk]
-        out[:, block], done = _chunk(takeable[request_row[block]], ahead[block], signature, weights, base, done)
-    return out
-
-
-def _chunk(takes: np.ndarray, ahead: np.ndarray, signature: np.ndarray, weights: np.ndarray,
-           base: np.ndarray, done: int) -> tuple[np.ndarray, int]:
-    """One chunk of requests sorted by ``ahead``; ``base`` holds the per-signature sums of the first ``done`` arrivals."""
-    n_signatures, width = base.shape[1], len(ahead)
-    # Arrivals between the last chunk and this chunk's first request join the base.
-    first, last = int(ahead[0]), int(ahead[-1])
-    for h in range(len(weights)):
-        base[h] += np.bincount(signature[done:first], weights=weights[h, done:first], minlength=n_signatures)
-    # An arrival at sorted place t counts for the chunk's requests with ahead > t.
-    t = np.arange(first, last)
-    since = np.searchsorted(ahead, t, "right")
-    out = np.empty((len(weights), width))
-    for h in range(len(weights)):
-        local = np.bincount(signature[t] * width + since, weights=weights[h, t], minlength=n_signatures * width)
-        totals = base[h][None, :] + np.cumsum(local.reshape(n_signatures, width), axis=1).T
-        out[h] = np.where(takes, totals, 0.0).sum(axis=1)
-    return out, first
+    # The binned products of stall_sums: rows x signatures x bins, never requests x signatures.
+    return binned_sums(sets=takeable, query_row=request_row, query_x=request_position[None, :],
+                       item_col=item_signature, item_x=item_position, weights=np.asarray(weights, np.float64))[:, 0]
 
 
 def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:

@@ -55,7 +55,13 @@ def binned_sums(
     n_bins = int(np.clip(e // EVENTS_PER_BIN, 1, MAX_BINS))
     step = -(-e // n_bins)
     full = below // step
-    _read_table(out, _table(sets.shape[1], col, w, n_bins, step), sets, query_row, full)
+    # Counts read in single precision, exact while every sum stays below 2**24; other weights in double.
+    small = np.all(w == np.rint(w), axis=1) & (np.abs(w).sum(axis=1) < 2**24)
+    for group, dtype in ((np.flatnonzero(small), np.float32), (np.flatnonzero(~small), np.float64)):
+        if len(group):
+            part = np.zeros((len(group), n_t, n))
+            _read_table(part, _table(sets.shape[1], col, w[group], n_bins, step).astype(dtype), sets, query_row, full)
+            out[group] = part
     # The items between the boundary and each threshold, pair by pair.
     flat, item = _expand(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
@@ -84,7 +90,7 @@ def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row:
     chunk = max(1, CELLS_PER_PRODUCT // table.shape[1])
     for lo in range(0, len(rows), chunk):
         hi = min(lo + chunk, len(rows))
-        sums = (sets[rows[lo:hi]].astype(np.float64) @ table).reshape(hi - lo, -1, n_w)
+        sums = (sets[rows[lo:hi]].astype(table.dtype) @ table).reshape(hi - lo, -1, n_w)
         q = by_row[starts[lo] : starts[hi]]
         for t in range(n_t):
             out[:, t, q] = sums[row_at[q] - lo, full[t, q]].T
