@@ -395,20 +395,26 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     seen = binned_sums(sets=member, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
                        item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
     seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
-    # Levels p (above) and p - 1 (at or above); a priority pass is above every level.
-    both = {"sets": member, "query_row": np.r_[rows, rows], "query_level": np.r_[p, p - 1], "item_col": ev.d_worker[d],
-            "item_level": np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64))}
+    # Above p, and at or above p (above p - 1); a priority pass is above every level.
+    level = np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64))
     plain = np.stack([~pp, ~pp * active]).astype(np.float64)
-    by_time = dominance_sums(**both, query_x=np.tile(np.stack([c, np.full(n, np.inf)]), 2), item_x=ev.d_time[d],
-                             weights=plain)
     c_up = np.nextafter(c, np.inf)
     cuts = np.stack([c, c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
-    by_created = dominance_sums(**both, query_x=np.tile(cuts, 2), item_x=ev.d_created[d],
-                                weights=np.r_[plain, [ev.d_work[d], np.ones(len(d))]])
-    higher = by_time[:, 1, :n] - by_time[:, 0, :n]
-    same = (by_created[:2, 0, n:] - by_created[:2, 0, :n]) - (by_time[:, 0, n:] - by_time[:, 0, :n])
+
+    def above(query_level: np.ndarray, query_x: np.ndarray, item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        return dominance_sums(sets=member, query_row=rows, query_level=query_level, query_x=query_x,
+                              item_col=ev.d_worker[d], item_level=level, item_x=item_x, weights=weights)
+
+    by_time = above(p, np.stack([c, np.full(n, np.inf)]), ev.d_time[d], plain)
+    by_created = above(p, cuts[1:], ev.d_created[d], np.stack([ev.d_work[d], np.ones(len(d))]))
+    # Pops of priority exactly p created before c, less those popped before c: each pop twice, by creation
+    # and, negated, by pop time.
+    stab = {"query_x": c[None, :], "item_x": np.r_[ev.d_created[d], ev.d_time[d]], "weights": np.c_[plain, -plain]}
+    same = (_stabbed(member, rows, p - 1, ev.d_worker[d], level, stab)
+            - _stabbed(member, rows, p, ev.d_worker[d], level, stab))
+    higher = by_time[:, 1] - by_time[:, 0]
     figures = np.stack([seen[0], *(seen[1:] + higher + same)])  # relevant, preceding, active preceding
-    arriving = np.stack([by_created[2:, h + 2, :n] - by_created[2:, h + 1, :n] for h in (0, 1)])  # half, (work, count)
+    arriving = np.stack([by_created[:, h + 1] - by_created[:, h] for h in (0, 1)])  # half, (work, count)
     _take_back(context, k, rows, member, figures, arriving)
     out = context.out
     out["dispatch_opportunities"][k] += np.rint(figures[0]).astype(np.int64)
@@ -417,6 +423,13 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     for h in (0, 1):
         # Differences of sums: a half with no arriving pop has exactly no work.
         context.halves[h][k] += np.where(arriving[h, 1] > 0.5, arriving[h, 0], 0.0)
+
+
+def _stabbed(member: np.ndarray, rows: np.ndarray, level: np.ndarray, worker: np.ndarray, item_level: np.ndarray,
+             stab: dict[str, np.ndarray]) -> np.ndarray:
+    """:func:`dominance_sums` of pops counted twice (``stab``), above ``level``, at the one threshold c."""
+    return dominance_sums(sets=member, query_row=rows, query_level=level, item_col=np.r_[worker, worker],
+                          item_level=np.r_[item_level, item_level], **stab)[:, 0]
 
 
 def _take_back(context: _Context, k: np.ndarray, rows: np.ndarray, member: np.ndarray, figures: np.ndarray,

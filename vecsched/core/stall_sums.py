@@ -17,11 +17,16 @@ events per bin, never requests x events.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 CELLS_PER_PRODUCT = 1 << 22
-EVENTS_PER_BIN = 48
-MAX_BINS = 256
+EVENTS_PER_BIN = 16
+PAIR_COST = 8.0  # a pair within a bin against a cell of the table
+MAX_BINS = 1024
+BINS_PER_READ = 4
+READ_BY_BINS = True
 BANDS = 32
 
 
@@ -52,7 +57,8 @@ def binned_sums(
     order = np.argsort(item_x, kind="stable")
     xs, col, w = item_x[order], item_col[order].astype(np.int64), weights[:, order].astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
-    n_bins = int(np.clip(e // EVENTS_PER_BIN, 1, MAX_BINS))
+    # Bins balance the table (columns x bins) against the pairs within a bin (queries x items per bin).
+    n_bins = int(np.clip(np.sqrt(PAIR_COST * n_t * n * e / (sets.shape[1] * len(weights) + 1)), 1, min(e, MAX_BINS)))
     step = -(-e // n_bins)
     full = below // step
     # Counts read in single precision, exact while every sum stays below 2**24; other weights in double.
@@ -60,7 +66,9 @@ def binned_sums(
     for group, dtype in ((np.flatnonzero(small), np.float32), (np.flatnonzero(~small), np.float64)):
         if len(group):
             part = np.zeros((len(group), n_t, n))
-            _read_table(part, _table(sets.shape[1], col, w[group], n_bins, step).astype(dtype), sets, query_row, full)
+            table = _table(sets.shape[1], col, w[group], n_bins, step).astype(dtype)
+            read = _read_table if READ_BY_BINS else _read_rows
+            read(part, table, sets, query_row, full)
             out[group] = part
     # The items between the boundary and each threshold, pair by pair.
     flat, item = _expand(full.ravel() * step, below.ravel())
@@ -80,8 +88,8 @@ def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int) 
     return np.cumsum(table.reshape(n_cols, n_bins + 1, n_w), axis=1).reshape(n_cols, -1)
 
 
-def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
-    """Each query's row of ``sets @ table`` at its boundary, in chunks of rows that bound memory."""
+def _read_rows(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
+    """Each query's row of ``sets @ table`` at its boundary: one product per chunk of rows, every boundary."""
     n_w, n_t, _ = out.shape
     rows, row_at = np.unique(query_row, return_inverse=True)
     row_at = row_at.ravel()
@@ -94,6 +102,30 @@ def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row:
         q = by_row[starts[lo] : starts[hi]]
         for t in range(n_t):
             out[:, t, q] = sums[row_at[q] - lo, full[t, q]].T
+
+
+def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
+    """Each (query, threshold)'s row of ``sets`` times the table at its boundary.
+
+    Queries are taken by runs of :data:`BINS_PER_READ` boundaries: one product
+    per run of the queries' rows with those boundaries' columns, so each query
+    costs a few columns rather than every boundary of every row.
+    """
+    n_w, n_t, n = out.shape
+    n_cols = table.shape[0]
+    table = table.reshape(n_cols, -1, n_w)
+    rows, cell = np.tile(query_row, n_t), full.ravel()
+    order = np.argsort(cell, kind="stable")
+    edges = np.searchsorted(cell[order], np.arange(0, table.shape[1] + BINS_PER_READ, BINS_PER_READ))
+    flat = out.reshape(n_w, n_t * n)
+    chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
+    for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
+        first = b * BINS_PER_READ
+        block = table[:, first : first + BINS_PER_READ].reshape(n_cols, -1)
+        for start in range(lo, hi, chunk):
+            q = order[start : min(hi, start + chunk)]
+            sums = (sets[rows[q]].astype(table.dtype) @ block).reshape(len(q), -1, n_w)
+            flat[:, q] = sums[np.arange(len(q)), cell[q] - first].T
 
 
 def _expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
