@@ -373,14 +373,14 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     """Relevant and preceding dispatches, and their arriving work, of the requests created within the window.
 
     Such a request's window starts at its creation c. A pop not from a
-    priority pass precedes it when its priority is higher, or the same with a
-    request created before c; as a pop never comes before its request's
-    creation, the same-priority pops since c created before c are those created
-    before c less those popped before c. Priority passes precede unless they
-    list the owner, and the request's own pops are not relevant: both are taken
-    back pair by pair (:func:`_take_back`). Arriving work is that of preceding
-    pops created after c: higher priority, or a priority pass. Pops recorded
-    before their request's creation break the argument: judged pair by pair.
+    priority pass precedes it when it is ahead by queue key; as a pop never
+    comes before its request's creation, one popped before c is ahead exactly
+    when its priority is at least the request's, so those since c are every
+    pop ahead less those. Priority passes precede unless they list the owner,
+    and the request's own pops are not relevant: both are taken back pair by
+    pair (:func:`_take_back`). Arriving work is that of preceding pops created
+    after c: higher priority, or a priority pass. Pops recorded before their
+    request's creation break the argument: judged pair by pair.
     """
     ev, rq, now = context.ev, context.rq, context.now
     recent = rq.created[looked] >= now - WINDOW_SECONDS
@@ -395,25 +395,22 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     seen = binned_sums(sets=member, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
                        item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
     seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
-    # Above p, and at or above p (above p - 1); a priority pass is above every level.
-    level = np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64))
+    # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
+    # (its request was created before c), so those since c are the ones ahead less those before c of
+    # priority at least p (above p - 1).
     plain = np.stack([~pp, ~pp * active]).astype(np.float64)
+    rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
+    ahead = binned_sums(sets=member, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
+                        item_x=rank[: len(d)], weights=plain)[:, 0]
+    before = dominance_sums(sets=member, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
+                            item_level=ev.d_priority[d].astype(np.int64), item_x=ev.d_time[d], weights=plain)[:, 0]
+    # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
     c_up = np.nextafter(c, np.inf)
-    cuts = np.stack([c, c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
-
-    def above(query_level: np.ndarray, query_x: np.ndarray, item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        return dominance_sums(sets=member, query_row=rows, query_level=query_level, query_x=query_x,
-                              item_col=ev.d_worker[d], item_level=level, item_x=item_x, weights=weights)
-
-    by_time = above(p, np.stack([c, np.full(n, np.inf)]), ev.d_time[d], plain)
-    by_created = above(p, cuts[1:], ev.d_created[d], np.stack([ev.d_work[d], np.ones(len(d))]))
-    # Pops of priority exactly p created before c, less those popped before c: each pop twice, by creation
-    # and, negated, by pop time.
-    stab = {"query_x": c[None, :], "item_x": np.r_[ev.d_created[d], ev.d_time[d]], "weights": np.c_[plain, -plain]}
-    same = (_stabbed(member, rows, p - 1, ev.d_worker[d], level, stab)
-            - _stabbed(member, rows, p, ev.d_worker[d], level, stab))
-    higher = by_time[:, 1] - by_time[:, 0]
-    figures = np.stack([seen[0], *(seen[1:] + higher + same)])  # relevant, preceding, active preceding
+    cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
+    by_created = dominance_sums(sets=member, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
+                                item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)),
+                                item_x=ev.d_created[d], weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    figures = np.stack([seen[0], *(seen[1:] + ahead - before)])  # relevant, preceding, active preceding
     arriving = np.stack([by_created[:, h + 1] - by_created[:, h] for h in (0, 1)])  # half, (work, count)
     _take_back(context, k, rows, member, figures, arriving)
     out = context.out
@@ -423,13 +420,6 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     for h in (0, 1):
         # Differences of sums: a half with no arriving pop has exactly no work.
         context.halves[h][k] += np.where(arriving[h, 1] > 0.5, arriving[h, 0], 0.0)
-
-
-def _stabbed(member: np.ndarray, rows: np.ndarray, level: np.ndarray, worker: np.ndarray, item_level: np.ndarray,
-             stab: dict[str, np.ndarray]) -> np.ndarray:
-    """:func:`dominance_sums` of pops counted twice (``stab``), above ``level``, at the one threshold c."""
-    return dominance_sums(sets=member, query_row=rows, query_level=level, item_col=np.r_[worker, worker],
-                          item_level=np.r_[item_level, item_level], **stab)[:, 0]
 
 
 def _take_back(context: _Context, k: np.ndarray, rows: np.ndarray, member: np.ndarray, figures: np.ndarray,
