@@ -29,7 +29,7 @@ from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
-from vecsched.core.stall_sums import binned_sums, dominance_sums
+from vecsched.core.stall_sums import binned_sums, dominance_sums, row_sets
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -210,6 +210,9 @@ def stall(
         signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
+        # Each matrix once with its sparser side compressed, for every sum that reads it.
+        context.member_sets = row_sets(member)
+        context.takeable_sets = None if takeable is None else row_sets(takeable)
         _shared_returns(context, member, row_of, looked)
         _recent_returns(context, member, row_of, looked)
         _shared_dispatches(context, member, row_of, looked)
@@ -244,7 +247,7 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
     if len(k) == 0 or len(arrived) == 0:
         return out
     out[:, k] = prefix_arrivals(
-        takeable=takeable,
+        takeable=context.takeable_sets,
         request_row=row_of[shared],
         request_position=context.position[k],
         arrival_position=context.position[arrived],
@@ -293,7 +296,7 @@ def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     start = context.start[k]
     # A request created after now has no window: its midpoint falls before its start.
     middle = np.maximum(context.middle[k], start)
-    below = binned_sums(sets=member, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
+    below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
                         item_col=ev.c_worker, item_x=ev.c_time, weights=weights)
     halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
     context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
@@ -337,7 +340,7 @@ def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
                       np.r_[ev.d_created, rq.created[k]])
     rank_d, rank_k = rank[: len(ev.d_time)], rank[len(ev.d_time) :]
     pp = ev.d_priority_pass.astype(bool)
-    preceding = prefix_sums(takeable=member, request_row=rows, request_position=rank_k, item_position=rank_d,
+    preceding = prefix_sums(takeable=context.member_sets, request_row=rows, request_position=rank_k, item_position=rank_d,
                             item_signature=ev.d_worker, weights=weights * ~pp)
     per_worker = np.stack([np.bincount(ev.d_worker, weights=w, minlength=member.shape[1])
                            for w in (*(weights * pp), weights[0])], axis=1)
@@ -392,7 +395,7 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     d = np.flatnonzero(~odd)
     n, pp, active = len(k), ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(np.float64)
     c, p = rq.created[k], rq.priority[k].astype(np.int64)
-    seen = binned_sums(sets=member, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
+    seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
                        item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
     seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
     # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
@@ -400,14 +403,14 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     # priority at least p (above p - 1).
     plain = np.stack([~pp, ~pp * active]).astype(np.float64)
     rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
-    ahead = binned_sums(sets=member, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
+    ahead = binned_sums(sets=context.member_sets, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
                         item_x=rank[: len(d)], weights=plain)[:, 0]
-    before = dominance_sums(sets=member, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
+    before = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
                             item_level=ev.d_priority[d].astype(np.int64), item_x=ev.d_time[d], weights=plain)[:, 0]
     # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
     c_up = np.nextafter(c, np.inf)
     cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
-    by_created = dominance_sums(sets=member, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
+    by_created = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
                                 item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)),
                                 item_x=ev.d_created[d], weights=np.stack([ev.d_work[d], np.ones(len(d))]))
     figures = np.stack([seen[0], *(seen[1:] + ahead - before)])  # relevant, preceding, active preceding
@@ -486,7 +489,7 @@ def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
     start = context.start[k]
     middle = np.maximum(context.middle[k], start)
     below = dominance_sums(
-        sets=takeable, query_row=rows, query_level=rq.priority[k].astype(np.int64),
+        sets=context.takeable_sets, query_row=rows, query_level=rq.priority[k].astype(np.int64),
         query_x=np.stack([start, middle, np.full(len(k), np.inf)]), item_col=context.signature[arrived],
         item_level=rq.priority[arrived].astype(np.int64), item_x=rq.created[arrived],
         weights=np.stack([context.arrived_work, np.ones(len(arrived))]),

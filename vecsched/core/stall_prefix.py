@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from vecsched.core.stall_sums import binned_sums
+from vecsched.core.stall_sums import RowSets, binned_sums
 
 CELLS_PER_CHUNK = 1 << 21
 
 
 def prefix_arrivals(
     *,
-    takeable: np.ndarray,
+    takeable: np.ndarray | RowSets,
     request_row: np.ndarray,
     request_position: np.ndarray,
     arrival_position: np.ndarray,
@@ -57,7 +57,7 @@ def prefix_arrivals(
 
 def prefix_sums(
     *,
-    takeable: np.ndarray,
+    takeable: np.ndarray | RowSets,
     request_row: np.ndarray,
     request_position: np.ndarray,
     item_position: np.ndarray,

@@ -18,6 +18,7 @@ events per bin, never requests x events.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,13 +27,54 @@ EVENTS_PER_BIN = 16
 PAIR_COST = 8.0  # a pair within a bin against a cell of the table
 MAX_BINS = 1024
 BINS_PER_READ = 4
-READ_BY_BINS = True
+SPARSE_BELOW = 0.08  # a row's stored side this dense or less is read column by column
 BANDS = 32
+
+
+@dataclass(frozen=True)
+class RowSets:
+    """A boolean (row, column) matrix with its sparser side in compressed rows.
+
+    ``complement``: the compressed side is the columns a row does not hold.
+    ``indptr`` / ``indices`` are empty when neither side is sparse enough to be
+    read column by column (:data:`SPARSE_BELOW`).
+    """
+
+    matrix: np.ndarray
+    complement: bool
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def sparse(self) -> bool:
+        return len(self.indptr) > 0
+
+
+def row_sets(matrix: np.ndarray | RowSets) -> RowSets:
+    """``matrix`` with its sparser side compressed when it is sparse enough.
+
+    Examples
+    --------
+    >>> held = np.ones((2, 20), dtype=bool)
+    >>> held[1, 3] = False
+    >>> s = row_sets(held)
+    >>> s.complement, s.indptr.tolist(), s.indices.tolist()
+    (True, [0, 0, 1], [3])
+    """
+    if isinstance(matrix, RowSets):
+        return matrix
+    density = float(matrix.mean()) if matrix.size else 0.0
+    complement = density > 0.5
+    empty = np.zeros(0, np.int64)
+    if min(density, 1.0 - density) > SPARSE_BELOW:
+        return RowSets(matrix, complement, empty, empty)
+    row, col = np.nonzero(~matrix if complement else matrix)
+    return RowSets(matrix, complement, np.searchsorted(row, np.arange(len(matrix) + 1)), col.astype(np.int64))
 
 
 def binned_sums(
     *,
-    sets: np.ndarray,
+    sets: np.ndarray | RowSets,
     query_row: np.ndarray,
     query_x: np.ndarray,
     item_col: np.ndarray,
@@ -54,11 +96,12 @@ def binned_sums(
     e = len(item_x)
     if n == 0 or e == 0:
         return out
+    sets = row_sets(sets)
     order = np.argsort(item_x, kind="stable")
     xs, col, w = item_x[order], item_col[order].astype(np.int64), weights[:, order].astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
     # Bins balance the table (columns x bins) against the pairs within a bin (queries x items per bin).
-    n_bins = int(np.clip(np.sqrt(PAIR_COST * n_t * n * e / (sets.shape[1] * len(weights) + 1)), 1, min(e, MAX_BINS)))
+    n_bins = int(np.clip(np.sqrt(PAIR_COST * n_t * n * e / (sets.matrix.shape[1] * len(weights) + 1)), 1, min(e, MAX_BINS)))
     step = -(-e // n_bins)
     full = below // step
     # Counts read in single precision, exact while every sum stays below 2**24; other weights in double.
@@ -66,14 +109,13 @@ def binned_sums(
     for group, dtype in ((np.flatnonzero(small), np.float32), (np.flatnonzero(~small), np.float64)):
         if len(group):
             part = np.zeros((len(group), n_t, n))
-            table = _table(sets.shape[1], col, w[group], n_bins, step).astype(dtype)
-            read = _read_table if READ_BY_BINS else _read_rows
-            read(part, table, sets, query_row, full)
+            table = _table(sets.matrix.shape[1], col, w[group], n_bins, step).astype(dtype)
+            _read(part, table, sets, query_row, full)
             out[group] = part
     # The items between the boundary and each threshold, pair by pair.
     flat, item = _expand(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
-    held = sets[row, col[item]]
+    held = sets.matrix[row, col[item]]
     flat, item = flat[held], item[held]
     for m in range(len(w)):
         out[m] += np.bincount(flat, weights=w[m, item], minlength=n_t * n).reshape(n_t, n)
@@ -88,20 +130,27 @@ def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int) 
     return np.cumsum(table.reshape(n_cols, n_bins + 1, n_w), axis=1).reshape(n_cols, -1)
 
 
-def _read_rows(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
-    """Each query's row of ``sets @ table`` at its boundary: one product per chunk of rows, every boundary."""
-    n_w, n_t, _ = out.shape
-    rows, row_at = np.unique(query_row, return_inverse=True)
-    row_at = row_at.ravel()
-    by_row = np.argsort(row_at, kind="stable")
-    starts = np.searchsorted(row_at[by_row], np.arange(len(rows) + 1))
-    chunk = max(1, CELLS_PER_PRODUCT // table.shape[1])
-    for lo in range(0, len(rows), chunk):
-        hi = min(lo + chunk, len(rows))
-        sums = (sets[rows[lo:hi]].astype(table.dtype) @ table).reshape(hi - lo, -1, n_w)
-        q = by_row[starts[lo] : starts[hi]]
-        for t in range(n_t):
-            out[:, t, q] = sums[row_at[q] - lo, full[t, q]].T
+def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarray, full: np.ndarray) -> None:
+    """Each (query, threshold)'s row of ``sets`` times the table at its boundary."""
+    if not sets.sparse:
+        _read_table(out, table, sets.matrix, query_row, full)
+        return
+    n_w, n_t, n = out.shape
+    table = table.reshape(-1, n_w)
+    n_cells = table.shape[0] // max(sets.matrix.shape[1], 1)
+    rows, cell = np.tile(query_row, n_t), full.ravel()
+    flat = out.reshape(n_w, n_t * n)
+    # Column by column over the stored side, a chunk of (query, threshold)s at a time.
+    sizes = sets.indptr[rows + 1] - sets.indptr[rows]
+    per_chunk = max(1, CELLS_PER_PRODUCT // max(int(sizes.max(initial=1)), 1))
+    for lo in range(0, len(rows), per_chunk):
+        f = np.arange(lo, min(lo + per_chunk, len(rows)))
+        i, j = _expand(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
+        values = table[sets.indices[j] * n_cells + cell[f[i]]]
+        for m in range(n_w):
+            flat[m, f] = np.bincount(i, weights=values[:, m], minlength=len(f))
+    if sets.complement:
+        flat[:] = table.reshape(-1, n_cells, n_w).sum(axis=0)[cell].T - flat
 
 
 def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
@@ -138,7 +187,7 @@ def _expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def dominance_sums(
     *,
-    sets: np.ndarray,
+    sets: np.ndarray | RowSets,
     query_row: np.ndarray,
     query_level: np.ndarray,
     query_x: np.ndarray,
@@ -166,6 +215,7 @@ def dominance_sums(
     out = np.zeros((len(weights), n_t, n))
     if n == 0 or len(item_x) == 0:
         return out
+    sets = row_sets(sets)
     levels, level_at = np.unique(query_level, return_inverse=True)
     level_at = level_at.ravel()
     sorted_levels = np.sort(item_level)
@@ -196,7 +246,7 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     first = np.searchsorted(item_level[by_level], query_level[q], "right")
     i, j = _expand(first, np.full(len(q), len(by_level)))
     qq, item = q[i], by_level[j]
-    held = sets[query_row[qq], item_col[item]]
+    held = sets.matrix[query_row[qq], item_col[item]]
     qq, item = qq[held], item[held]
     for t in range(query_x.shape[0]):
         low = item_x[item] < query_x[t, qq]
