@@ -11,11 +11,13 @@ takeable signatures, so the events a request may see are found per row, from
 the row's worker membership. Requests whose window is the full 300 s share
 one window and midpoint: their returns are per-row sums, their dispatches and
 arrivals prefix sums over events sorted by queue key (see
-:mod:`vecsched.core.stall_prefix`). Requests created within the window get
-their returns and arrivals of higher priority from prefix sums over time;
-only their dispatches and their (priority, created) ties are still judged as
-(request, event) pairs, in blocks of rows. No Python loop runs over requests,
-workers or events.
+:mod:`vecsched.core.stall_prefix`). Requests created within the window read
+sums below their own creation time and midpoint, and above their own
+priority, from binned matrix products of the rows' memberships
+(:mod:`vecsched.core.stall_sums`); only a request's own pops, priority passes
+that list its owner, arrivals tied with it on (priority, created) and pops
+recorded before their request's creation are judged pair by pair. No Python
+loop runs over requests, workers or events.
 """
 
 from __future__ import annotations
