@@ -27,8 +27,9 @@ EVENTS_PER_BIN = 16
 PAIR_COST = 8.0  # a pair within a bin against a cell of the table
 MAX_BINS = 1024
 BINS_PER_READ = 4
-SPARSE_BELOW = 0.08  # a row's stored side this dense or less is read column by column
+SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
+TOTALS_BY_ROW = True
 
 
 @dataclass(frozen=True)
@@ -104,14 +105,21 @@ def binned_sums(
     n_bins = int(np.clip(np.sqrt(PAIR_COST * n_t * n * e / (sets.matrix.shape[1] * len(weights) + 1)), 1, min(e, MAX_BINS)))
     step = -(-e // n_bins)
     full = below // step
-    # Counts read in single precision, exact while every sum stays below 2**24; other weights in double.
-    small = np.all(w == np.rint(w), axis=1) & (np.abs(w).sum(axis=1) < 2**24)
-    for group, dtype in ((np.flatnonzero(small), np.float32), (np.flatnonzero(~small), np.float64)):
-        if len(group):
-            part = np.zeros((len(group), n_t, n))
-            table = _table(sets.matrix.shape[1], col, w[group], n_bins, step).astype(dtype)
-            _read(part, table, sets, query_row, full)
-            out[group] = part
+    # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
+    exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
+    table = _table(sets.matrix.shape[1], col, w, n_bins, step).astype(np.float32 if exact32 else np.float64)
+    # A threshold above every item reads each row's totals.
+    everything = np.all(below == e, axis=1) if TOTALS_BY_ROW else np.zeros(n_t, bool)
+    rows, row_at = np.unique(query_row, return_inverse=True)
+    totals = sets.matrix[rows].astype(table.dtype) @ table.reshape(len(table), -1, len(w))[:, -1] if everything.any() else None
+    some = np.flatnonzero(~everything)
+    if len(some):
+        part = np.zeros((len(w), len(some), n))
+        _read(part, table, sets, query_row, full[some])
+        out[:, some] = part
+    for t in np.flatnonzero(everything):
+        out[:, t] = totals[row_at.ravel()].T
+        full[t] = below[t]  # no pair left to add
     # The items between the boundary and each threshold, pair by pair.
     flat, item = _expand(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
