@@ -5,14 +5,16 @@ arrivals) whose column (worker or takeable signature) its row holds and whose
 time lies below the request's own thresholds, and sometimes whose priority
 lies above the request's. :func:`binned_sums` answers the first kind for every
 request at once: the events, sorted by time, are cut into bins; per column,
-the cumulative sums at each bin boundary form a table, and one matrix product
-of the rows' memberships with it gives every row's sums at every boundary.
-A request reads its row at the boundary just below its threshold and adds
-the few events between that boundary and the threshold, pair by pair. The
-product is exact: memberships are 0 or 1 and every partial sum of integral
-weights is an integer. :func:`dominance_sums` adds the priority condition by
-bands of priority levels. Cost follows rows x columns x bins plus requests x
-events per bin, never requests x events.
+the cumulative sums at each bin boundary form a table. A request reads its
+row of memberships times the table at the boundary just below its threshold
+(matrix products over a few boundaries at a time, or column by column over a
+row's few held or missing columns, :class:`RowSets`), and adds the few events
+between that boundary and the threshold pair by pair. The products are
+exact for counts (memberships are 0 or 1, every partial sum an integer below
+2**24 in single precision) and differ from a scalar sum of other weights only
+by rounding. :func:`dominance_sums` adds the priority condition by bands of
+priority levels. Cost follows columns x bins plus requests x (columns read +
+events per bin), never requests x events.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 CELLS_PER_PRODUCT = 1 << 22
-EVENTS_PER_BIN = 16
 PAIR_COST = 8.0  # a pair within a bin against a cell of the table
 MAX_BINS = 1024
 BINS_PER_READ = 4
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
-TOTALS_BY_ROW = True
+MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def binned_sums(
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
     table = _table(sets.matrix.shape[1], col, w, n_bins, step).astype(np.float32 if exact32 else np.float64)
     # A threshold above every item reads each row's totals.
-    everything = np.all(below == e, axis=1) if TOTALS_BY_ROW else np.zeros(n_t, bool)
+    everything = np.all(below == e, axis=1)
     rows, row_at = np.unique(query_row, return_inverse=True)
     totals = sets.matrix[rows].astype(table.dtype) @ table.reshape(len(table), -1, len(w))[:, -1] if everything.any() else None
     some = np.flatnonzero(~everything)
@@ -228,7 +229,7 @@ def dominance_sums(
     level_at = level_at.ravel()
     sorted_levels = np.sort(item_level)
     at_or_below = np.searchsorted(sorted_levels, levels, "right")
-    budget = max(EVENTS_PER_BIN, len(item_x) // BANDS)
+    budget = max(MIN_BAND_ITEMS, len(item_x) // BANDS)
     heavy = np.bincount(level_at, minlength=len(levels)) >= max(1, n // BANDS)
     # Level k tops its band when it is heavy or the next level starts a new budget of items.
     top = heavy | np.r_[at_or_below[1:] // budget != at_or_below[:-1] // budget, True]
