@@ -31,7 +31,12 @@ from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
-from vecsched.core.stall_sums import binned_sums, dominance_sums, row_sets
+from vecsched.core.stall_sums import (
+    binned_sums,
+    dominance_sums,
+    expand_ranges,
+    row_sets,
+)
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -506,10 +511,8 @@ def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
 
 def _expand_ranges(lo: np.ndarray, hi: np.ndarray, item: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(request, item) pairs: ``requests[lo[i]:hi[i]]`` with ``item[i]``, for every i."""
-    sizes = np.maximum(hi - lo, 0)
-    total = int(sizes.sum())
-    base = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
-    return requests[base + np.arange(total)], np.repeat(item, sizes)
+    i, j = expand_ranges(lo, hi)
+    return requests[j], item[i]
 
 
 class _Context:

@@ -122,7 +122,7 @@ def binned_sums(
         out[:, t] = totals[row_at.ravel()].T
         full[t] = below[t]  # no pair left to add
     # The items between the boundary and each threshold, pair by pair.
-    flat, item = _expand(full.ravel() * step, below.ravel())
+    flat, item = expand_ranges(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
     held = sets.matrix[row, col[item]]
     flat, item = flat[held], item[held]
@@ -154,7 +154,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
     per_chunk = max(1, CELLS_PER_PRODUCT // max(int(sizes.max(initial=1)), 1))
     for lo in range(0, len(rows), per_chunk):
         f = np.arange(lo, min(lo + per_chunk, len(rows)))
-        i, j = _expand(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
+        i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
         values = table[sets.indices[j] * n_cells + cell[f[i]]]
         for m in range(n_w):
             flat[m, f] = np.bincount(i, weights=values[:, m], minlength=len(f))
@@ -186,8 +186,14 @@ def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row:
             flat[:, q] = sums[np.arange(len(q)), cell[q] - first].T
 
 
-def _expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(i, j) for every i and every j in ``range(lo[i], hi[i])``."""
+def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(i, j) for every i and every j in ``range(lo[i], hi[i])`` (an empty range gives nothing).
+
+    Examples
+    --------
+    >>> [a.tolist() for a in expand_ranges(np.array([2, 0, 5]), np.array([4, 0, 6]))]
+    [[0, 0, 2], [2, 3, 5]]
+    """
     sizes = np.maximum(hi - lo, 0)
     i = np.repeat(np.arange(len(lo)), sizes)
     first = np.r_[0, np.cumsum(sizes)[:-1]]
@@ -253,7 +259,7 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     """Add the items of ``between`` whose level is above the query's, pair by pair, for the queries ``q``."""
     by_level = between[np.argsort(item_level[between], kind="stable")]
     first = np.searchsorted(item_level[by_level], query_level[q], "right")
-    i, j = _expand(first, np.full(len(q), len(by_level)))
+    i, j = expand_ranges(first, np.full(len(q), len(by_level)))
     qq, item = q[i], by_level[j]
     held = sets.matrix[query_row[qq], item_col[item]]
     qq, item = qq[held], item[held]
