@@ -11,11 +11,13 @@ takeable signatures, so the events a request may see are found per row, from
 the row's worker membership. Requests whose window is the full 300 s share
 one window and midpoint: their returns are per-row sums, their dispatches and
 arrivals prefix sums over events sorted by queue key (see
-:mod:`vecsched.core.stall_prefix`). Requests created within the window get
-their returns and arrivals of higher priority from prefix sums over time;
-only their dispatches and their (priority, created) ties are still judged as
-(request, event) pairs, in blocks of rows. No Python loop runs over requests,
-workers or events.
+:mod:`vecsched.core.stall_prefix`). Requests created within the window read
+sums below their own creation time and midpoint, and above their own
+priority, from binned matrix products of the rows' memberships
+(:mod:`vecsched.core.stall_sums`); only a request's own pops, priority passes
+that list its owner, arrivals tied with it on (priority, created) and pops
+recorded before their request's creation are judged pair by pair. No Python
+loop runs over requests, workers or events.
 """
 
 from __future__ import annotations
@@ -28,13 +30,20 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core.groups import unpack_words
-from vecsched.core.stall_prefix import higher_priority_arrivals, prefix_arrivals, prefix_sums, row_sums
+from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
+from vecsched.core.stall_sums import (
+    binned_sums,
+    dominance_sums,
+    expand_ranges,
+    row_sets,
+)
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
 
 WINDOW_SECONDS = 300.0
 MIN_WINDOW_SECONDS = 120.0
-PAIRS_PER_BLOCK = 1 << 22
+PAIRS_PER_CHUNK = 1 << 22
+TOP_LEVEL = np.iinfo(np.int64).max  # a priority pass precedes whatever the priority
 
 # Evidence, in the order section 7 tries them; the code is the position.
 EVIDENCE = (
@@ -208,11 +217,13 @@ def stall(
         signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
-        for block_rows, block_requests in _blocks(row_of, looked, member, ev, rq):
-            context.block(member[block_rows], None if takeable is None else takeable[block_rows], block_requests)
+        # Each matrix once with its sparser side compressed, for every sum that reads it.
+        context.member_sets = row_sets(member)
+        context.takeable_sets = None if takeable is None else row_sets(takeable)
         _shared_returns(context, member, row_of, looked)
         _recent_returns(context, member, row_of, looked)
         _shared_dispatches(context, member, row_of, looked)
+        _recent_dispatches(context, member, row_of, looked)
         if takeable is not None:
             halves[:2] += _shared_window(context, takeable, row_of, looked)
             halves[:2] += _recent_window(context, takeable, row_of, looked)
@@ -243,7 +254,7 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
     if len(k) == 0 or len(arrived) == 0:
         return out
     out[:, k] = prefix_arrivals(
-        takeable=takeable,
+        takeable=context.takeable_sets,
         request_row=row_of[shared],
         request_position=context.position[k],
         arrival_position=context.position[arrived],
@@ -277,11 +288,11 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
 
 
 def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
-    """Returns of the requests whose window starts at their creation: the row's returns less those before the start, the midpoint.
+    """Returns of the requests whose window starts at their creation, read below their start, their midpoint and after.
 
-    Every return kept is at or after now - 300 s, so the row's total is every
-    return by its workers; prefix sums over return times per worker count
-    those before a request's start and its midpoint.
+    Every return kept is at or before now, so the sums below +inf are the
+    row's totals; the halves and the unmatched returns in the window are
+    differences of those sums.
     """
     ev = context.ev
     recent = context.start[looked] > context.now - WINDOW_SECONDS
@@ -289,12 +300,13 @@ def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     if len(k) == 0 or len(ev.c_time) == 0:
         return
     weights = np.stack([ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]).astype(np.float64)
-    per_worker = np.stack([np.bincount(ev.c_worker, weights=w, minlength=member.shape[1]) for w in weights], axis=1)
-    total = row_sums(member, per_worker)[rows].T
-    before = [prefix_sums(takeable=member, request_row=rows, request_position=x[k], item_position=ev.c_time,
-                          item_signature=ev.c_worker, weights=weights) for x in (context.start, context.middle)]
-    halves = (before[1] - before[0], total - before[1])
-    context.incomplete[k] |= total[1] - before[0][1] > 0.5
+    start = context.start[k]
+    # A request created after now has no window: its midpoint falls before its start.
+    middle = np.maximum(context.middle[k], start)
+    below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
+                        item_col=ev.c_worker, item_x=ev.c_time, weights=weights)
+    halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
+    context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
     for h, half in enumerate(halves):
         count = np.rint(half[0]).astype(np.int64)
         context.counts[h][k] += count
@@ -335,7 +347,7 @@ def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
                       np.r_[ev.d_created, rq.created[k]])
     rank_d, rank_k = rank[: len(ev.d_time)], rank[len(ev.d_time) :]
     pp = ev.d_priority_pass.astype(bool)
-    preceding = prefix_sums(takeable=member, request_row=rows, request_position=rank_k, item_position=rank_d,
+    preceding = prefix_sums(takeable=context.member_sets, request_row=rows, request_position=rank_k, item_position=rank_d,
                             item_signature=ev.d_worker, weights=weights * ~pp)
     per_worker = np.stack([np.bincount(ev.d_worker, weights=w, minlength=member.shape[1])
                            for w in (*(weights * pp), weights[0])], axis=1)
@@ -367,6 +379,95 @@ def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     context.halves[1][k] += preceding[3]
 
 
+def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """Relevant and preceding dispatches, and their arriving work, of the requests created within the window.
+
+    Such a request's window starts at its creation c. A pop not from a
+    priority pass precedes it when it is ahead by queue key; as a pop never
+    comes before its request's creation, one popped before c is ahead exactly
+    when its priority is at least the request's, so those since c are every
+    pop ahead less those. Priority passes precede unless they list the owner,
+    and the request's own pops are not relevant: both are taken back pair by
+    pair (:func:`_take_back`). Arriving work is that of preceding pops created
+    after c: higher priority, or a priority pass. Pops recorded before their
+    request's creation break the argument: judged pair by pair.
+    """
+    ev, rq, now = context.ev, context.rq, context.now
+    recent = rq.created[looked] >= now - WINDOW_SECONDS
+    k, rows = looked[recent], row_of[recent]
+    if len(k) == 0 or len(ev.d_time) == 0:
+        return
+    odd = ev.d_created > ev.d_time
+    context.pairs(member, k, rows, np.flatnonzero(odd))
+    d = np.flatnonzero(~odd)
+    n, pp, active = len(k), ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(np.float64)
+    c, p = rq.created[k], rq.priority[k].astype(np.int64)
+    seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
+                       item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
+    seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
+    # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
+    # (its request was created before c), so those since c are the ones ahead less those before c of
+    # priority at least p (above p - 1).
+    plain = np.stack([~pp, ~pp * active]).astype(np.float64)
+    rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
+    ahead = binned_sums(sets=context.member_sets, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
+                        item_x=rank[: len(d)], weights=plain)[:, 0]
+    before = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
+                            item_level=ev.d_priority[d].astype(np.int64), item_x=ev.d_time[d], weights=plain)[:, 0]
+    # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
+    c_up = np.nextafter(c, np.inf)
+    cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
+    by_created = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
+                                item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)),
+                                item_x=ev.d_created[d], weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    figures = np.stack([seen[0], *(seen[1:] + ahead - before)])  # relevant, preceding, active preceding
+    arriving = np.stack([by_created[:, h + 1] - by_created[:, h] for h in (0, 1)])  # half, (work, count)
+    _take_back(context, k, rows, member, figures, arriving)
+    out = context.out
+    out["dispatch_opportunities"][k] += np.rint(figures[0]).astype(np.int64)
+    out["lost_opportunities"][k] += np.rint(figures[1]).astype(np.int64)
+    out["active_preceding_dispatches"][k] += np.rint(figures[2]).astype(np.int64)
+    for h in (0, 1):
+        # Differences of sums: a half with no arriving pop has exactly no work.
+        context.halves[h][k] += np.where(arriving[h, 1] > 0.5, arriving[h, 0], 0.0)
+
+
+def _take_back(context: _Context, k: np.ndarray, rows: np.ndarray, member: np.ndarray, figures: np.ndarray,
+               arriving: np.ndarray) -> None:
+    """Correct the sums of :func:`_recent_dispatches` pair by pair: the request's own pops, and priority passes that list its owner.
+
+    The sums counted every priority pass as preceding; one that lists the
+    owner precedes only by queue key. The request's own pops were counted as
+    relevant, and as preceding if they precede.
+    """
+    ev, rq, now = context.ev, context.rq, context.now
+    at = np.full(len(rq.ids), -1, np.int64)
+    at[k] = np.arange(len(k))
+    own_d = np.flatnonzero(ev.d_request >= 0)
+    own_q = at[ev.d_request[own_d]]
+    listed_q, listed_d = _listed_pairs(context, k)
+    qi, dd = np.r_[own_q[own_q >= 0], listed_q], np.r_[own_d[own_q >= 0], listed_d]
+    own = np.r_[np.ones((own_q >= 0).sum(), bool), np.zeros(len(listed_q), bool)]
+    keep = (ev.d_created[dd] <= ev.d_time[dd]) & member[rows[qi], ev.d_worker[dd]] & (ev.d_time[dd] >= rq.created[k[qi]])
+    qi, dd, own = qi[keep], dd[keep], own[keep]
+    prio, mine, created = ev.d_priority[dd], rq.priority[k[qi]], ev.d_created[dd]
+    by_key = (prio > mine) | ((prio == mine) & (created < rq.created[k[qi]]))
+    listed = np.isin(dd * context.n_users + context.owner_code[k[qi]], context.listed)
+    precedes = by_key | (ev.d_priority_pass[dd].astype(bool) & ~listed)
+    # Own pops: all they added. Listing pairs: the preceding they were wrongly given.
+    wrong = np.where(own, precedes, ~by_key)
+    active = ev.d_active[dd].astype(np.float64)
+    n = len(k)
+    figures[0] -= np.bincount(qi[own], minlength=n)
+    figures[1] -= np.bincount(qi[wrong], minlength=n)
+    figures[2] -= np.bincount(qi[wrong], weights=active[wrong], minlength=n)
+    late = wrong & (created > rq.created[k[qi]]) & (created <= now)
+    second = created >= context.middle[k[qi]]
+    for h, half in enumerate((late & ~second, late & second)):
+        arriving[h, 0] -= np.bincount(qi[half], weights=ev.d_work[dd[half]], minlength=n)
+        arriving[h, 1] -= np.bincount(qi[half], minlength=n)
+
+
 def _listed_pairs(context: _Context, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(position in ``k``, dispatch) pairs: a priority-pass dispatch that lists the request's owner."""
     listed = context.listed
@@ -380,58 +481,38 @@ def _listed_pairs(context: _Context, k: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _recent_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:
-    """Arriving work of higher priority, per half, of the requests whose window starts at their creation."""
+    """Arriving work from waiting requests, per half, of the requests whose window starts at their creation.
+
+    An arrival ahead of such a request and created in its window has a higher
+    priority (summed here over creation times by priority bands), or the same
+    priority and creation time (a join, :meth:`_Context.arrivals`).
+    """
     rq, arrived = context.rq, context.arrived
     out = np.zeros((2, len(rq.ids)))
     recent = context.start[looked] > context.now - WINDOW_SECONDS
-    k = looked[recent]
+    k, rows = looked[recent], row_of[recent]
     if len(k) == 0 or len(arrived) == 0:
         return out
-    out[:, k] = higher_priority_arrivals(
-        takeable=takeable, request_row=row_of[recent], request_priority=rq.priority[k],
-        request_created=rq.created[k], request_middle=context.middle[k],
-        arrival_priority=rq.priority[arrived], arrival_created=rq.created[arrived],
-        arrival_signature=context.signature[arrived], arrival_work=context.arrived_work,
+    start = context.start[k]
+    middle = np.maximum(context.middle[k], start)
+    below = dominance_sums(
+        sets=context.takeable_sets, query_row=rows, query_level=rq.priority[k].astype(np.int64),
+        query_x=np.stack([start, middle, np.full(len(k), np.inf)]), item_col=context.signature[arrived],
+        item_level=rq.priority[arrived].astype(np.int64), item_x=rq.created[arrived],
+        weights=np.stack([context.arrived_work, np.ones(len(arrived))]),
     )
+    for h in (0, 1):
+        work, count = below[:, h + 1] - below[:, h]
+        # A difference of sums: a half with no arrival has exactly no work.
+        out[h, k] = np.where(count > 0.5, work, 0.0)
+    context.arrivals(takeable, rows, k)
     return out
-
-
-def _blocks(row_of: np.ndarray, looked: np.ndarray, member: np.ndarray, ev: Events, rq: RequestArrays):
-    """Rows in blocks of about :data:`PAIRS_PER_BLOCK` (request, event) pairs, with their requests.
-
-    Yields (row positions, (request CSR offsets, requests by row, then
-    priority, then creation)).
-    """
-    per_worker = np.bincount(ev.d_worker, minlength=member.shape[1]) + np.bincount(
-        ev.c_worker, minlength=member.shape[1]
-    )
-    events_per_row = member.astype(np.float64) @ per_worker
-    order = np.lexsort((rq.created[looked], rq.priority[looked], row_of))
-    requests_per_row = np.bincount(row_of, minlength=len(member))
-    # A row costs its (request, event) pairs and its row of the incidence matrices.
-    cost = events_per_row * requests_per_row + len(ev.d_time) + len(ev.c_time) + 1
-    before = np.r_[0.0, np.cumsum(cost)[:-1]] // PAIRS_PER_BLOCK
-    bounds = np.r_[np.flatnonzero(np.r_[True, before[1:] != before[:-1]]), len(member)]
-    offsets = np.r_[0, np.cumsum(requests_per_row)]
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        yield np.arange(lo, hi), (offsets[lo : hi + 1] - offsets[lo], looked[order[offsets[lo] : offsets[hi]]])
 
 
 def _expand_ranges(lo: np.ndarray, hi: np.ndarray, item: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(request, item) pairs: ``requests[lo[i]:hi[i]]`` with ``item[i]``, for every i."""
-    sizes = np.maximum(hi - lo, 0)
-    total = int(sizes.sum())
-    base = np.repeat(lo - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
-    return requests[base + np.arange(total)], np.repeat(item, sizes)
-
-
-def _expand(incidence: np.ndarray, offsets: np.ndarray, requests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(request, item) pairs from a (row, item) incidence and each row's requests."""
-    row, item = np.nonzero(incidence)
-    sizes = offsets[row + 1] - offsets[row]
-    total = int(sizes.sum())
-    base = np.repeat(offsets[row] - np.r_[0, np.cumsum(sizes)[:-1]], sizes)
-    return requests[base + np.arange(total)], np.repeat(item, sizes)
+    i, j = expand_ranges(lo, hi)
+    return requests[j], item[i]
 
 
 class _Context:
@@ -453,28 +534,22 @@ class _Context:
         listed = ev.d_users["dispatch"].to_numpy().astype(np.int64) * self.n_users + codes[len(owners) :]
         self.listed = np.unique(listed)
 
-    def block(self, member: np.ndarray, takeable: np.ndarray | None, requests: tuple[np.ndarray, np.ndarray]) -> None:
-        offsets, reqs = requests
-        # Requests sharing the full window get their returns and arrivals per row (see _shared_window).
-        recent = self.start[reqs] > self.now - WINDOW_SECONDS
-        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[recent],
-                              minlength=len(offsets) - 1)
-        # Requests created before the window get their dispatches per row (see _shared_dispatches).
-        later = self.rq.created[reqs] >= self.now - WINDOW_SECONDS
-        per_row = np.bincount(np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))[later],
-                              minlength=len(offsets) - 1)
-        self._dispatches(member, np.r_[0, np.cumsum(per_row)], reqs[later])
-        if takeable is not None:
-            if recent.any():
-                self._arrivals(takeable[per_row > 0], np.r_[0, np.cumsum(per_row[per_row > 0])], reqs[recent])
+    def pairs(self, member: np.ndarray, k: np.ndarray, rows: np.ndarray, dispatches: np.ndarray) -> None:
+        """Judge the requests ``k`` (of rows ``rows``) against ``dispatches`` pair by pair."""
+        ev = self.ev
+        chunk = max(1, PAIRS_PER_CHUNK // max(len(k), 1))
+        for lo in range(0, len(dispatches), chunk):
+            d = np.tile(dispatches[lo : lo + chunk], len(k))
+            q = np.repeat(np.arange(len(k)), min(chunk, len(dispatches) - lo))
+            held = member[rows[q], ev.d_worker[d]]
+            self._dispatches(k[q[held]], d[held])
 
     @staticmethod
     def _add(target: np.ndarray, k: np.ndarray, weights: np.ndarray | None = None) -> None:
         target += np.bincount(k, weights=weights, minlength=len(target)).astype(target.dtype)
 
-    def _dispatches(self, member, offsets, reqs) -> None:
+    def _dispatches(self, k: np.ndarray, d: np.ndarray) -> None:
         ev, rq = self.ev, self.rq
-        k, d = _expand(member[:, ev.d_worker], offsets, reqs)
         keep = (ev.d_time[d] >= self.start[k]) & (ev.d_request[d] != k)
         k, d = k[keep], d[keep]
         self._add(self.out["dispatch_opportunities"], k)
@@ -494,12 +569,12 @@ class _Context:
         for h, mask in enumerate((~second, second)):
             self._add(self.halves[h], k[mask], ev.d_work[d[mask]])
 
-    def _arrivals(self, takeable, offsets, reqs) -> None:
+    def arrivals(self, takeable: np.ndarray, row_local: np.ndarray, reqs: np.ndarray) -> None:
+        """Arriving work of the requests ``reqs`` (of rows ``row_local``) from arrivals tied with them on (priority, created)."""
         rq, arrived = self.rq, self.arrived
         # For a request whose window starts at its creation, an arrival ahead of
         # it has a higher priority (see _recent_window) or the same priority and
         # creation time: the latter is a join on (priority, created).
-        row_local = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
         same = self.prio_rank * self.n_created + self.created_rank
         by_key = np.argsort(same[arrived], kind="stable")
         sorted_keys = same[arrived][by_key]
