@@ -256,8 +256,13 @@ def _on_error(exc: Exception) -> Response:
     if isinstance(exc, HTTPException):
         code = exc.code or 500
         return _respond(error(code, "NotFound" if code == 404 else "BadRequest", exc.name))
+    return _respond(_failed(exc))
+
+
+def _failed(exc: Exception) -> Answer:
+    """The 500 answer, logged by exception type only: the id is never logged."""
     log.error("status route failed: %s", type(exc).__name__)
-    return _respond(error(500, "InternalServerError", "The status service failed; try again."))
+    return error(500, "InternalServerError", "The status service failed; try again.")
 
 
 class _HordePolls:
@@ -284,9 +289,8 @@ class _HordePolls:
     def _answer(self, shape: str, request_id: str, start_response: Callable[..., Any]) -> list[bytes]:
         try:
             answer = self.service.horde(shape, request_id)
-        except Exception as exc:  # noqa: BLE001 - as _on_error: the id is never logged
-            log.error("status route failed: %s", type(exc).__name__)
-            answer = error(500, "InternalServerError", "The status service failed; try again.")
+        except Exception as exc:  # noqa: BLE001 - answered as every route's failure
+            answer = _failed(exc)
         body = json.dumps(answer.body).encode()
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
                    *answer.headers.items()]
