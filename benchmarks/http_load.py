@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/http_load.py --workers 2000 --requests 50000 --seconds 20 --clients 16
     python benchmarks/http_load.py --quick          # 150 x 3,000, 5 s: a smoke run
+    python benchmarks/http_load.py --rate 2000 ...  # the Python clients open loop at 2,000 reads/s
 
 What it does, all on this machine:
 
@@ -98,12 +99,27 @@ def _publisher(url: str, redis_url: str, prefix: str, interval: float, stop_at: 
     engine.dispose()
 
 
-def _client(port: int, paths: list[str], deadline: float, record: list, errors: list) -> None:
+def _client(port: int, paths: list[str], deadline: float, record: list, errors: list,
+            period: float = 0.0, offset: float = 0.0) -> None:
+    """Poll until ``deadline``: back to back, or one read every ``period`` seconds (open loop).
+
+    Open loop, a read's latency runs from when it was due, not from when it was sent: a
+    server that falls behind delays every read queued after it, and those delays count
+    (closed-loop clients, wrk included, wait for each answer before asking again, so a
+    stall shows as one slow read instead of many).
+    """
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     rng = random.Random()
+    due = time.perf_counter() + offset
     while time.time() < deadline:
         path = rng.choice(paths)
-        t0 = time.perf_counter()
+        if period:
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            t0, due = due, due + period
+        else:
+            t0 = time.perf_counter()
         try:
             conn.request("GET", path)
             resp = conn.getresponse()
@@ -227,6 +243,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--interval", type=float, default=5.0, help="seconds between job cycles")
     ap.add_argument("--sample", type=int, default=2000, help="request ids polled")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="Python clients' reads/s in all, each read timed from when it was due (open loop); "
+                         "0: back to back")
     ap.add_argument("--wrk-seconds", type=int, default=10, help="0: skip wrk")
     ap.add_argument("--db", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
@@ -296,8 +315,10 @@ def main() -> None:
         record: list = []
         errors: list = []
         deadline = time.time() + args.seconds
-        clients = [threading.Thread(target=_client, args=(port, paths, deadline, record, errors))
-                   for _ in range(args.clients)]
+        period = args.clients / args.rate if args.rate else 0.0
+        clients = [threading.Thread(target=_client, args=(port, paths, deadline, record, errors,
+                                                          period, period * k / args.clients))
+                   for k in range(args.clients)]
         t0 = time.perf_counter()
         for th in clients:
             th.start()
@@ -306,9 +327,11 @@ def main() -> None:
         wall = time.perf_counter() - t0
         lat = np.array([r[0] for r in record]) * 1e3
         out["python_clients"] = {
+            "mode": f"open loop at {args.rate:g} reads/s" if args.rate else "closed loop",
             "reads": len(record), "reads_per_s": round(len(record) / wall),
             "p50_ms": round(float(np.percentile(lat, 50)), 3) if len(lat) else None,
             "p99_ms": round(float(np.percentile(lat, 99)), 3) if len(lat) else None,
+            "p99.9_ms": round(float(np.percentile(lat, 99.9)), 3) if len(lat) else None,
             "errors": len(errors), "error_kinds": sorted(set(map(str, errors))),
         }
         if args.wrk_seconds:
