@@ -120,7 +120,8 @@ def _request_columns(estimates: Any, requests: Any, n: int) -> dict[str, np.ndar
 # piece and the NULs are dropped at the end in one pass.
 
 _GROUP = 10_000  # four digits per group
-_NULL = 1000  # the fraction table's entry for an unknown value: the text null
+_UNITS = 10_000  # milliseconds of a float's units digit and fraction: one entry of the units table
+_NULL = _UNITS  # the units table's entry for an unknown value: the text null
 
 
 def _table(texts: list[bytes]) -> np.ndarray:
@@ -137,9 +138,10 @@ _TABLES = {
     # (+ _GROUP), or zero-filled below a higher group (+ 2 * _GROUP)
     **{"low" + sep.decode(): _table([b"%d" % g + sep for g in range(_GROUP)] + [b"-%d" % g + sep for g in range(_GROUP)]
                                     + [b"%04d" % g + sep for g in range(_GROUP)]) for sep in (b",", b"]")},
-    # a float's milliseconds (trailing zeros trimmed, one digit kept) and separator; _NULL: null
-    **{"fraction" + sep.decode(): _table([b"." + (b"%03d" % f).rstrip(b"0").ljust(1, b"0") + sep for f in range(1000)]
-                                         + [b"null" + sep]) for sep in (b",", b"]")},
+    # a float's units digit, milliseconds (trailing zeros trimmed, one digit kept) and
+    # separator, by milliseconds modulo 10 s; _NULL: null
+    **{"units" + sep.decode(): _table([b"%d." % (m // 1000) + (b"%03d" % (m % 1000)).rstrip(b"0").ljust(1, b"0") + sep
+                                       for m in range(_UNITS)] + [b"null" + sep]) for sep in (b",", b"]")},
 }
 _NARROW: dict[tuple[str, int], np.ndarray] = {}
 
@@ -164,6 +166,8 @@ def _group_pieces(rest: np.ndarray, widths: list[int], units_kind: Any = 0) -> l
     ``units_kind`` is the lowest group's kind when nothing shows above it
     (0: blank when 0; 1, or an array of 0/1 per row: "0" shows).
     """
+    if len(widths) == 1:  # nothing above the one group
+        return [("group", widths[0], rest + units_kind * _GROUP if np.ndim(units_kind) or units_kind else rest)]
     pieces = []
     for k, width in enumerate(reversed(widths)):
         rest, group = np.divmod(rest, _GROUP)
@@ -230,16 +234,20 @@ class _IntSlot(_Slot):
     """
 
     def __init__(self, values: np.ndarray, sep: bytes):
+        if values.dtype == bool:
+            values = values.view(np.uint8)  # an index, not a mask
         super().__init__(values)
-        wide = values.astype(np.int64, copy=False)
-        top, bottom = (int(np.abs(wide).max()), int(wide.min())) if len(wide) else (0, 0)
-        self.groups = _group_widths(len(str(top)), 4)
+        top, bottom = (int(values.max()), int(values.min())) if len(values) else (0, 0)
+        self.groups = _group_widths(len(str(max(top, -bottom))), 4)
         self.low_table = "low" + sep.decode()
         self.low = 5 + (bottom < 0) if self.groups else max(len(str(top)), len(str(bottom))) + 1
+        self.negative = bottom < 0
         self.signed = bool(self.groups) and bottom <= -_GROUP
         self.width = self.signed + sum(self.groups) + self.low
 
     def pieces(self, values: np.ndarray) -> list[tuple[str, int, np.ndarray]]:  # noqa: D102 - as _Slot's
+        if not (self.groups or self.negative):
+            return [(self.low_table, self.low, values)]  # the common case: the value is the index
         values = values.astype(np.int64, copy=False)
         magnitude, minus = np.abs(values), values < 0
         if not self.groups:
@@ -252,7 +260,7 @@ class _IntSlot(_Slot):
 
 
 class _FloatSlot(_Slot):
-    """A float column: [spare] [sign] [groups of four digits] [fraction + separator].
+    """A float column: [spare] [sign] [groups of four digits] [units digit, fraction, separator].
 
     Floats are kept to the millisecond (``np.round(x, 3)``); unknown (NaN, and
     the infinities JSON cannot carry) is null. Rows beyond exact milliseconds
@@ -261,23 +269,35 @@ class _FloatSlot(_Slot):
     """
 
     def __init__(self, values: np.ndarray, sep: bytes):
+        values = values.astype(np.float64, copy=False)
         super().__init__(values)
-        finite, exact, milli = _milliseconds(values)
-        self.groups = _group_widths(len(str(int(np.abs(milli).max(initial=0)) // 1000)), 0)
-        self.signed = bool((milli < 0).any())
-        self.fraction_table = "fraction" + sep.decode()
-        self.odd_rows = np.flatnonzero(finite & ~exact)
+        magnitude = np.abs(values)
+        exact = magnitude < _FLOAT_EXACT_LIMIT  # NaN and the infinities are not
+        # rint is monotonic: the extremes of the milliseconds are those of the values
+        top, bottom = (np.rint(np.array([magnitude.max(where=exact, initial=0.0),
+                                         values.min(where=exact, initial=0.0)]) * 1000.0)).tolist()
+        tens = int(top) // _UNITS  # what shows left of the units digit
+        self.groups = _group_widths(len(str(tens)) if tens else 0, 0)
+        self.signed = bottom < 0
+        self.units_table = "units" + sep.decode()
+        self.odd_rows = np.flatnonzero(~exact & (magnitude != np.inf) & ~np.isnan(values))
         # round(), not np.round(): x * 1000 would overflow near the top of the range
         self.odd_texts = [repr(round(v, 3)).encode("ascii") + sep for v in values[self.odd_rows].tolist()]
-        used = self.signed + sum(self.groups) + 5
+        used = self.signed + sum(self.groups) + 6
         self.width = max(used, max(map(len, self.odd_texts), default=0))
 
     def pieces(self, values: np.ndarray) -> list[tuple[str, int, np.ndarray]]:  # noqa: D102 - as _Slot's
-        finite, _, milli = _milliseconds(values)
-        whole, fraction = np.divmod(np.abs(milli), 1000)
-        # unknown: the units are blank too (kind 0), so only "null" shows
-        pieces = _group_pieces(whole, self.groups, units_kind=finite)
-        pieces.append((self.fraction_table, 5, np.where(finite, fraction, _NULL)))
+        finite = np.isfinite(values)
+        # rint(x * 1000) is what np.round(x, 3) rounds; m / 1000 parses back to the same double.
+        if len(self.odd_rows):
+            milli = np.rint(np.where(np.abs(values) < _FLOAT_EXACT_LIMIT, values, 0.0) * 1000.0)
+        else:
+            milli = np.rint(np.where(finite, values, 0.0) * 1000.0)
+        milli = milli.astype(np.int64)
+        tens, units = np.divmod(np.abs(milli) if self.signed else milli, _UNITS)
+        # unknown: nothing shows left of the units piece, which is "null"
+        pieces = _group_pieces(tens, self.groups)
+        pieces.append((self.units_table, 6, np.where(finite, units, _NULL)))
         return [_sign_piece(milli < 0), *pieces] if self.signed else pieces
 
     def write(self, rows: slice, out: np.ndarray) -> None:  # noqa: D102 - as _Slot's
@@ -290,15 +310,6 @@ class _FloatSlot(_Slot):
 
 _FLOAT_EXACT_LIMIT = 1e15  # |x| * 1000 stays an exact int64 below this
 _CHUNK_ROWS = 8_192  # rows formatted at a time: the byte matrix stays in cache
-
-
-def _milliseconds(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which values are finite, which exact in milliseconds, and each exact one's rint(x * 1000) (else 0)."""
-    values = values.astype(np.float64, copy=False)
-    finite = np.isfinite(values)
-    exact = finite & (np.abs(np.where(finite, values, 0.0)) < _FLOAT_EXACT_LIMIT)
-    # rint(x * 1000) is what np.round(x, 3) rounds; m / 1000 parses back to the same double.
-    return finite, exact, np.rint(np.where(exact, values, 0.0) * 1000.0).astype(np.int64)
 
 
 def encode_texts(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
