@@ -11,13 +11,16 @@ with, in turn:
 * ``per-request``: one hash field per request (``RedisStore(bucketed=False)``):
   a pipeline of ``HSET key mapping=...`` of 5,000 fields each;
 * ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does by
-  default, 16 requests per field (:mod:`vecsched.service.store.buckets`), through
-  the same redis-py pipeline.
+  default, 16 requests per field (:mod:`vecsched.service.store.buckets`): the
+  entries of whole buckets as one buffer per chunk, cut into fields by the
+  write script, through the same redis-py pipeline.
 
 It prints one JSON document: medians of wall time of ``publish`` (``encode``,
 :func:`encode_payloads`, plus ``write``, :meth:`RedisStore.publish`; the
 payload bytes are formatted inside the write, in bucket order), of Redis's own
-time in HSET (``INFO commandstats``), of this process's CPU time, of building
+time in HSET and in every command of the publication (``redis_s``: HSET,
+the write script, EXPIRE, SET, the switch; ``INFO commandstats``), of this
+process's CPU time, of building
 the bucketed fields alone (no Redis), the ratios to ``per-request``, and the
 latency of a status read from the per-request and the bucketed layouts
 (alternated). Everything runs
@@ -31,6 +34,7 @@ import json
 import os
 import secrets
 import statistics
+from collections import defaultdict
 import time
 from types import SimpleNamespace
 
@@ -80,15 +84,22 @@ def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict
 
 def _round(store: RedisStore, est: SimpleNamespace, cycle_time: float) -> dict[str, float]:
     """One cycle encoded and published to ``store``: wall times, this process's CPU, Redis's HSET time."""
-    before = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
+    before = _server_usec(store)
     t0, c0 = time.perf_counter(), time.process_time()
     ids, payloads = encode_payloads(est, cycle_time)
     t1 = time.perf_counter()
     store.publish(Cycle(cycle_time, 5.0, ids, payloads))
     t2, c2 = time.perf_counter(), time.process_time()
-    after = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
+    after = _server_usec(store)
     return {"encode_s": t1 - t0, "write_s": t2 - t1, "publish_s": t2 - t0, "client_cpu_s": c2 - c0,
-            "redis_hset_s": (after - before) / 1e6}
+            "redis_hset_s": (after["cmdstat_hset"] - before["cmdstat_hset"]) / 1e6,
+            "redis_s": sum(after[k] - before[k] for k in after) / 1e6}
+
+
+def _server_usec(store: RedisStore) -> dict[str, int]:
+    """Redis's own time per command so far (``INFO commandstats``), INFO itself left out."""
+    stats = store.client.info("commandstats")
+    return defaultdict(int, {k: v["usec"] for k, v in stats.items() if k != "cmdstat_info"})
 
 
 def _fields_time(est: SimpleNamespace, cycle_time: float) -> float:
@@ -133,7 +144,7 @@ def main() -> None:
     def median(name: str, key: str) -> float:
         return round(statistics.median(r[key] for r in rounds[name]), 4)
 
-    keys = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_hset_s")
+    keys = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_hset_s", "redis_s")
     out = {
         "requests": args.requests,
         "rounds": args.rounds,

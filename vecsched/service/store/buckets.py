@@ -9,7 +9,7 @@ computes the same id hash as :func:`id_hashes`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -55,6 +55,9 @@ def id_hashes(ids: Sequence[str]) -> np.ndarray:
     return _hashes(texts, *encode_texts(texts.tolist()))
 
 
+Chunk = tuple[np.ndarray, np.ndarray, bytes]
+"""Whole buckets: their numbers, where each one's value ends in the buffer, the buffer."""
+
 _CHUNK_ENTRIES = 8192  # about this many requests formatted at a time (whole buckets)
 _HASH_ROWS = 8192  # rows per product: the float copy of the id bytes stays small
 
@@ -95,11 +98,7 @@ def _hashes(ids: np.ndarray, data: bytes, lengths: np.ndarray) -> np.ndarray:
 def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[bytes], list[bytes]] | None:
     """Hash fields and values holding every (id, payload) pair, about BUCKET_SIZE to a field.
 
-    A bucket's value is ``"\\nID\\tPAYLOAD"`` repeated (UTF-8). The entries are
-    written in bucket order, a few thousand at a time and whole buckets each
-    time (:meth:`PayloadRows.format_rows`, which formats payloads straight from
-    their columns), and cut into one bytes value per bucket. Returns None when an id or payload holds a newline,
-    tab or NUL (they could not be found again): publish one field per request then.
+    The fields of :func:`bucket_chunks`, each value cut from its chunk.
 
     Parameters
     ----------
@@ -110,13 +109,55 @@ def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[byt
     Returns
     -------
     names, values : list of bytes, or None
-        Field ``#`` (the bucket count) first, then each non-empty bucket's.
+        Field ``#`` (the bucket count) first, then each non-empty bucket's;
+        None when an id or payload holds a newline, tab or NUL.
 
     Examples
     --------
     >>> names, values = bucket_fields(["r1", "r2"], ["[1]", "[2]"])
     >>> names[0], sorted(b"".join(values[1:]).split(b"\\n")[1:])
     (b'#', [b'r1\\t[1]', b'r2\\t[2]'])
+    """
+    got = bucket_chunks(ids, payloads)
+    if got is None:
+        return None
+    n_buckets, chunks = got
+    names, values = [BUCKETS_FIELD.encode()], [str(n_buckets).encode()]
+    for buckets, ends, entries in chunks:
+        names.extend(map(str.encode, map(str, buckets.tolist())))
+        stops = ends.tolist()
+        # map() slices from C: no interpreter step per bucket either
+        values.extend(map(entries.__getitem__, map(slice, [0, *stops[:-1]], stops)))
+    return names, values
+
+
+def bucket_chunks(ids: Sequence[str], payloads: Sequence[str]) -> tuple[int, Iterator[Chunk]] | None:
+    """The bucketed status hash as chunks of whole buckets, each one bytes buffer.
+
+    A bucket's value is ``"\\nID\\tPAYLOAD"`` repeated (UTF-8). The entries are
+    written in bucket order, a few thousand at a time and whole buckets each
+    time (:meth:`PayloadRows.format_rows`, which formats payloads straight from
+    their columns). Returns None when an id or payload holds a newline, tab or
+    NUL (they could not be found again): publish one field per request then.
+
+    Parameters
+    ----------
+    ids : sequence of str
+    payloads : sequence of str
+        Aligned with ``ids``; a :class:`PayloadRows` is never turned into str.
+
+    Returns
+    -------
+    (n_buckets, chunks) or None
+        The bucket count (field ``#``) and, lazily, per chunk: the bucket
+        numbers (ascending), where each one's value ends in the buffer, and
+        the buffer.
+
+    Examples
+    --------
+    >>> n_buckets, chunks = bucket_chunks(["r1", "r2", "r3"], ["[1]", "[2]", "[3]"])
+    >>> [(b.tolist(), e.tolist(), data) for b, e, data in chunks]
+    [([0], [21], b'\\nr1\\t[1]\\nr2\\t[2]\\nr3\\t[3]')]
     """
     n = len(ids)
     if len(payloads) != n:
@@ -134,18 +175,16 @@ def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[byt
     order = np.argsort(bucket, kind="stable")
     sorted_bucket = bucket[order]
     last = np.flatnonzero(np.r_[sorted_bucket[1:] != sorted_bucket[:-1], True]) if n else np.zeros(0, np.int64)
-    names = [BUCKETS_FIELD.encode()] + list(map(str.encode, map(str, sorted_bucket[last].tolist())))
-    values = [str(n_buckets).encode()]
-    # Chunks of whole buckets, so each field is cut from its chunk's bytes.
-    cuts = last[np.searchsorted(last, np.arange(_CHUNK_ENTRIES, n, _CHUNK_ENTRIES))] + 1
-    for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), n]):
-        if start >= stop:
-            continue
-        entries, sizes = rows.format_rows(order[start:stop], keys=(texts, lengths))
-        ends = np.cumsum(sizes)[last[(last >= start) & (last < stop)] - start].tolist()
-        # map() slices from C: no interpreter step per bucket either
-        values.extend(map(entries.__getitem__, map(slice, [0, *ends[:-1]], ends)))
-    return names, values
+
+    def chunks() -> Iterator[Chunk]:
+        cuts = (last[np.searchsorted(last, np.arange(_CHUNK_ENTRIES, n, _CHUNK_ENTRIES))] + 1).tolist()
+        for start, stop in zip([0, *cuts], [*cuts, n]):
+            if start < stop:
+                entries, sizes = rows.format_rows(order[start:stop], keys=(texts, lengths))
+                ends = last[(last >= start) & (last < stop)]
+                yield sorted_bucket[ends], np.cumsum(sizes)[ends - start], entries
+
+    return n_buckets, chunks()
 
 
 def unbucket(fields: dict[bytes, bytes]) -> dict[str, str]:
