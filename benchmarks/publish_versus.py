@@ -49,9 +49,11 @@ def main() -> None:
     for _ in range(args.pairs):
         for tree in runs:
             runs[tree].append(_run(tree, args.requests, args.rounds, args.reads))
-    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in FIGURES} for tree, got in runs.items()}
+    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in FIGURES}
+               for tree, got in runs.items()}
     ratios = {k: round(medians[args.before][k] / medians[args.after][k], 2) for k in FIGURES if medians[args.after][k]}
-    print(json.dumps({"requests": args.requests, "runs": runs, "medians": medians, "before_over_after": ratios}, indent=1))
+    out = {"requests": args.requests, "runs": runs, "medians": medians, "before_over_after": ratios}
+    print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

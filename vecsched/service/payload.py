@@ -369,8 +369,8 @@ class PayloadRows(Sequence[str]):
     Examples
     --------
     >>> rows = PayloadRows(b"[", [_IntSlot(np.array([7, -12]), b"]")], 2, ["{}"])
-    >>> list(rows), len(rows), rows[1]
-    (['[7]', '[-12]', '{}'], 3, '[-12]')
+    >>> list(rows), len(rows), rows[1], ["x"] + rows
+    (['[7]', '[-12]', '{}'], 3, '[-12]', ['x', '[7]', '[-12]', '{}'])
     >>> keys = np.array(["a", "b", "c"], dtype=object), np.array([1, 1, 1])
     >>> data, lengths = next(rows.packed(np.array([2, 0]), keys=keys))
     >>> data, lengths.tolist()
@@ -400,6 +400,9 @@ class PayloadRows(Sequence[str]):
 
     def __add__(self, other: Sequence[str]) -> "PayloadRows":
         return PayloadRows(self.head, self.slots, self.n, self.extra + list(other))
+
+    def __radd__(self, other: Sequence[str]) -> list[str]:
+        return list(other) + self.tolist()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (PayloadRows, list, tuple)):
