@@ -129,20 +129,26 @@ def _table(texts: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(t.rjust(8, b"\0") for t in texts), dtype=np.uint8).reshape(-1, 8)
 
 
-_TABLES = {
-    # a group of four digits by kind: blank when 0 (a leading group), always shown
-    # (a float's units), zero-filled (below a shown group): entry g + kind * _GROUP
-    "group": _table([b"%d" % g if g else b"" for g in range(_GROUP)] + [b"%d" % g for g in range(_GROUP)]
-                    + [b"%04d" % g for g in range(_GROUP)]),
-    # an integer's lowest four digits and separator: plain, with a minus sign
-    # (+ _GROUP), or zero-filled below a higher group (+ 2 * _GROUP)
-    **{"low" + sep.decode(): _table([b"%d" % g + sep for g in range(_GROUP)] + [b"-%d" % g + sep for g in range(_GROUP)]
-                                    + [b"%04d" % g + sep for g in range(_GROUP)]) for sep in (b",", b"]")},
-    # a float's units digit, milliseconds (trailing zeros trimmed, one digit kept) and
-    # separator, by milliseconds modulo 10 s; _NULL: null
-    **{"units" + sep.decode(): _table([b"%d." % (m // 1000) + (b"%03d" % (m % 1000)).rstrip(b"0").ljust(1, b"0") + sep
-                                       for m in range(_UNITS)] + [b"null" + sep]) for sep in (b",", b"]")},
-}
+@functools.cache
+def _tables() -> dict[str, np.ndarray]:
+    """The digit tables, made on first use (importing this module for decode_payload stays cheap)."""
+    return {
+        # a group of four digits by kind: blank when 0 (a leading group), always shown
+        # (a float's units), zero-filled (below a shown group): entry g + kind * _GROUP
+        "group": _table([b"%d" % g if g else b"" for g in range(_GROUP)] + [b"%d" % g for g in range(_GROUP)]
+                        + [b"%04d" % g for g in range(_GROUP)]),
+        # an integer's lowest four digits and separator: plain, with a minus sign
+        # (+ _GROUP), or zero-filled below a higher group (+ 2 * _GROUP)
+        **{"low" + sep.decode(): _table([b"%d" % g + sep for g in range(_GROUP)]
+                                        + [b"-%d" % g + sep for g in range(_GROUP)]
+                                        + [b"%04d" % g + sep for g in range(_GROUP)]) for sep in (b",", b"]")},
+        # a float's units digit, milliseconds (trailing zeros trimmed, one digit kept) and
+        # separator, by milliseconds modulo 10 s; _NULL: null
+        **{"units" + sep.decode(): _table([b"%d." % (m // 1000) + (b"%03d" % (m % 1000)).rstrip(b"0").ljust(1, b"0")
+                                           + sep for m in range(_UNITS)] + [b"null" + sep]) for sep in (b",", b"]")},
+    }
+
+
 _NARROW: dict[tuple[str, int], np.ndarray] = {}
 
 
@@ -150,7 +156,7 @@ def _lookup(name: str, width: int) -> np.ndarray:
     """Table ``name`` cut to its last ``width`` bytes per entry, as one ``V{width}`` item per entry."""
     key = (name, width)
     if key not in _NARROW:
-        _NARROW[key] = np.ascontiguousarray(_TABLES[name][:, 8 - width :]).view(f"V{width}").ravel()
+        _NARROW[key] = np.ascontiguousarray(_tables()[name][:, 8 - width :]).view(f"V{width}").ravel()
     return _NARROW[key]
 
 
