@@ -30,8 +30,6 @@ def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
     out = subprocess.run([sys.executable, str(script), "--requests", str(requests), "--rounds", str(rounds),
                           "--reads", str(reads)], env=env, check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
-    # a tree whose benchmark predates redis_s counted HSET alone
-    got.setdefault("redis_s", got["redis_hset_s"])
     bucketed = {k: got[k]["bucketed"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
     return {**bucketed, "status_read_ms": got["status_read_ms"]["bucketed"],
             "load_average": got["load_average"][0]}
