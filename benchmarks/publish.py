@@ -5,18 +5,25 @@ Usage::
     python -m benchmarks.publish --requests 300000 [--rounds 5] [--redis redis://127.0.0.1:6379/0]
 
 Payloads come from :func:`vecsched.service.payload.encode_payloads` on random
-figures (their encoding is timed too). Each round publishes the same cycle
+figures. Each round encodes and publishes the same figures as a new cycle
 with, in turn:
 
 * ``per-request``: one hash field per request (``RedisStore(bucketed=False)``):
   a pipeline of ``HSET key mapping=...`` of 5,000 fields each;
 * ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does by
-  default, 16 requests per field (:mod:`vecsched.service.store.buckets`), through
-  the same redis-py pipeline.
+  default, 16 requests per field (:mod:`vecsched.service.store.buckets`): the
+  entries of whole buckets as one buffer per chunk, cut into fields by the
+  write script, through the same redis-py pipeline.
 
-It prints one JSON document: medians of wall time, of Redis's own time in
-HSET (``INFO commandstats``), of this process's CPU time, the ratios to ``per-request``, and the latency of a
-status read from the per-request and the bucketed layouts (alternated). Everything runs
+It prints one JSON document: medians of wall time of ``publish`` (``encode``,
+:func:`encode_payloads`, plus ``write``, :meth:`RedisStore.publish`; the
+payload bytes are formatted inside the write, in bucket order), of Redis's own
+time in HSET and in every command of the publication (``redis_s``: HSET,
+the write script, EXPIRE, SET, the switch; ``INFO commandstats``), of this
+process's CPU time, of building
+the bucketed fields alone (no Redis), the ratios to ``per-request``, and the
+latency of a status read from the per-request and the bucketed layouts
+(alternated). Everything runs
 under a throwaway key prefix, removed at the end.
 """
 
@@ -27,27 +34,31 @@ import json
 import os
 import secrets
 import statistics
+from collections import defaultdict
 import time
 from types import SimpleNamespace
 
 import numpy as np
 
-from vecsched.core.result import BOOL_FIELDS, INT_FIELDS
+from vecsched.core.result import BOOL_FIELDS, FLOAT_FIELDS, INT_FIELDS
+from vecsched.core.stall import EVIDENCE
 from vecsched.service.payload import encode_payloads
 from vecsched.service.store.base import Cycle
+from vecsched.service.store.buckets import bucket_fields
 from vecsched.service.store.redis import RedisStore
 
 
 def fake_estimates(n: int, seed: int = 0) -> SimpleNamespace:
-    """Estimates-shaped columns with plausible random figures for ``n`` requests."""
+    """Estimates-shaped columns with plausible random figures for ``n`` requests (every FIELDS entry)."""
     rng = np.random.default_rng(seed)
     cols: dict[str, np.ndarray] = {f: rng.integers(0, 5000, n) for f in INT_FIELDS}
     cols.update({f: rng.random(n) < 0.5 for f in BOOL_FIELDS})
-    for name in ("wait_time", "ahead_wait", "horde_wait_time"):
+    for name in FLOAT_FIELDS:
         values = rng.lognormal(4, 2, n)
         values[rng.random(n) < 0.05] = np.nan
         cols[name] = values
     cols["gentype"] = rng.integers(0, 2, n).astype(np.int8)
+    cols["stall_evidence"] = rng.integers(-1, len(EVIDENCE), n).astype(np.int8)
     ids = np.array([f"{secrets.token_hex(4)}-{k:08d}-4c1e-9a4b-{secrets.token_hex(6)}" for k in range(n)], dtype=object)
     return SimpleNamespace(request_id=ids, columns=cols)
 
@@ -71,6 +82,34 @@ def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict
     }
 
 
+def _round(store: RedisStore, est: SimpleNamespace, cycle_time: float) -> dict[str, float]:
+    """One cycle encoded and published to ``store``: wall times, this process's CPU, Redis's HSET time."""
+    before = _server_usec(store)
+    t0, c0 = time.perf_counter(), time.process_time()
+    ids, payloads = encode_payloads(est, cycle_time)
+    t1 = time.perf_counter()
+    store.publish(Cycle(cycle_time, 5.0, ids, payloads))
+    t2, c2 = time.perf_counter(), time.process_time()
+    after = _server_usec(store)
+    return {"encode_s": t1 - t0, "write_s": t2 - t1, "publish_s": t2 - t0, "client_cpu_s": c2 - c0,
+            "redis_hset_s": (after["cmdstat_hset"] - before["cmdstat_hset"]) / 1e6,
+            "redis_s": sum(after[k] - before[k] for k in after) / 1e6}
+
+
+def _server_usec(store: RedisStore) -> dict[str, int]:
+    """Redis's own time per command so far (``INFO commandstats``), INFO itself left out."""
+    stats = store.client.info("commandstats")
+    return defaultdict(int, {k: v["usec"] for k, v in stats.items() if k != "cmdstat_info"})
+
+
+def _fields_time(est: SimpleNamespace, cycle_time: float) -> float:
+    """Wall time of building the bucketed fields alone (formatting included), no Redis."""
+    ids, payloads = encode_payloads(est, cycle_time)
+    t = time.perf_counter()
+    bucket_fields(ids, payloads)
+    return time.perf_counter() - t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=300_000)
@@ -79,46 +118,43 @@ def main() -> None:
     ap.add_argument("--redis", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = ap.parse_args()
     est = fake_estimates(args.requests)
-    t = time.perf_counter()
-    ids, payloads = encode_payloads(est, 1764417600.0)
-    encode_s = time.perf_counter() - t
     prefix = "vs-bench-publish-" + secrets.token_hex(4)
     stores = {
         "per-request": RedisStore(args.redis, prefix=prefix + "-a", bucketed=False),
         "bucketed": RedisStore(args.redis, prefix=prefix + "-b"),
     }
-    wall: dict[str, list[float]] = {k: [] for k in stores}
-    server: dict[str, list[float]] = {k: [] for k in stores}
-    cpu: dict[str, list[float]] = {k: [] for k in stores}
+    rounds: dict[str, list[dict[str, float]]] = {k: [] for k in stores}
+    fields: list[float] = []
     try:
         for k in range(args.rounds):
-            cycle = Cycle(1764417600.0 + k, 5.0, ids, payloads)
+            cycle_time = 1764417600.0 + k
             for name, store in stores.items():
-                store.client.delete(f"{store.prefix}:c:{cycle.id}:s")
-                before = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
-                t, c = time.perf_counter(), time.process_time()
-                store.publish(cycle)
-                wall[name].append(time.perf_counter() - t)
-                cpu[name].append(time.process_time() - c)
-                after = store.client.info("commandstats").get("cmdstat_hset", {}).get("usec", 0)
-                server[name].append((after - before) / 1e6)
+                rounds[name].append(_round(store, est, cycle_time))
+            fields.append(_fields_time(est, cycle_time))
+            ids, payloads = encode_payloads(est, cycle_time)
             got = stores["bucketed"].read_status(ids[len(ids) // 2])
             assert got is not None and got.value == payloads[len(ids) // 2], "bucketed read disagrees"
+        ids = encode_payloads(est, 0.0)[0]
         reads = _read_latency(stores, ids, args.reads)
     finally:
         for store in stores.values():
             store.drop_all()
             store.close()
-    base = statistics.median(wall["per-request"])
+
+    def median(name: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in rounds[name]), 4)
+
+    keys = ("publish_s", "write_s", "client_cpu_s", "redis_hset_s", "redis_s")
     out = {
         "requests": args.requests,
         "rounds": args.rounds,
-        "encode_s": round(encode_s, 4),
-        "publish_s": {k: round(statistics.median(v), 4) for k, v in wall.items()},
-        "redis_hset_s": {k: round(statistics.median(v), 4) for k, v in server.items()},
-        # CPU time of this process: what contention for the cores does not inflate.
-        "client_cpu_s": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
-        "speedup_vs_per_request": {k: round(base / statistics.median(v), 2) for k, v in wall.items()},
+        # publish = encode (encode_payloads, the same for both layouts) + write (RedisStore.publish);
+        # medians over rounds
+        "encode_s": median("bucketed", "encode_s"),
+        **{key: {name: median(name, key) for name in stores} for key in keys},
+        "bucket_fields_s": round(statistics.median(fields), 4),
+        "speedup_vs_per_request": {name: round(median("per-request", "publish_s") / median(name, "publish_s"), 2)
+                                   for name in stores},
         "status_read_ms": reads,
         "load_average": os.getloadavg(),
     }

@@ -31,7 +31,7 @@ def test_every_request_lands_in_its_hash_bucket_once(ids) -> None:
         assert got is None
         return
     names, values = got
-    assert names[0] == "#"
+    assert names[0] == b"#"
     n_buckets = int(values[0])
     assert n_buckets == -(-len(ids) // BUCKET_SIZE)
     seen = {}

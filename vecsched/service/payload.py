@@ -1,13 +1,15 @@
 """A cycle's per-request payloads: one short JSON array per request, encoded in bulk.
 
-A payload is a short JSON array (:data:`PAYLOAD_FIELDS`), about 60 bytes, that
-carries its cycle time. Encoding works on whole columns at once (digits from
-byte tables), never field by field in Python.
+A payload is a short JSON array (:data:`PAYLOAD_FIELDS`), about 100 bytes, that
+carries its cycle time. Encoding works on whole columns at once (a few digits
+per table lookup), never request by request in Python.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,13 +41,14 @@ _FLOAT = FLOAT_FIELDS + REQUEST_FIELDS
 
 def encode_payloads(
     estimates: Any, cycle_time: float, requests: Any = None
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], "PayloadRows"]:
     """Request ids and compact JSON payloads for every request of ``estimates``.
 
     Floats are kept to the millisecond; unknown (NaN, and the infinities JSON
-    cannot carry) is ``null``. The payloads are built column-wise as one ASCII
-    byte matrix (see :func:`_ascii_rows`), so the cost per request is NumPy's,
-    not the interpreter's: 300,000 requests encode in a fraction of a second.
+    cannot carry) is ``null``. The payloads come back as :class:`PayloadRows`,
+    a sequence of str formatted column-wise on demand, chunk by chunk of rows
+    and in whatever row order a store asks for (the bucketed Redis layout asks
+    for its own), so the cost per request is NumPy's, not the interpreter's.
 
     Parameters
     ----------
@@ -60,8 +63,14 @@ def encode_payloads(
 
     Returns
     -------
-    ids, payloads : list of str
+    ids : list of str
+    payloads : PayloadRows
         Aligned: ``payloads[k]`` is the JSON array of ``ids[k]``.
+
+    Raises
+    ------
+    ValueError
+        When a column's length differs from the number of requests.
 
     Examples
     --------
@@ -80,24 +89,19 @@ def encode_payloads(
     >>> got["wait_time"] is None, got["stall_evidence"] is None, got["might_stall"]
     (True, True, False)
     """
-    cols = estimates.columns
     # map() calls str from C: no interpreter step per request.
     ids = list(map(str, np.asarray(estimates.request_id, dtype=object).tolist()))
     n = len(ids)
-    if n == 0:
-        return ids, []
-    blocks: list[np.ndarray] = []
-    cols = {**cols, **_request_columns(estimates, requests, n)}
-    for name in PAYLOAD_FIELDS[2:]:
+    cols = {**estimates.columns, **_request_columns(estimates, requests, n)}
+    names = PAYLOAD_FIELDS[2:]
+    slots = []
+    for k, name in enumerate(names):
         values = np.asarray(cols[name])
         if len(values) != n:
             raise ValueError(f"column {name!r} has {len(values)} values for {n} requests")
-        if name in _FLOAT:
-            blocks.append(_float_block(values.astype(np.float64)))
-        else:
-            blocks.append(_int_block(values.astype(np.int64)))
-    head = f"[{PAYLOAD_VERSION},{float(cycle_time)!r},"
-    return ids, _ascii_rows(blocks, head, "]")
+        sep = b"]" if k == len(names) - 1 else b","
+        slots.append(_FloatSlot(values, sep) if name in _FLOAT else _IntSlot(values, sep))
+    return ids, PayloadRows(f"[{PAYLOAD_VERSION},{float(cycle_time)!r},".encode("ascii"), slots, n)
 
 
 def _request_columns(estimates: Any, requests: Any, n: int) -> dict[str, np.ndarray]:
@@ -107,106 +111,410 @@ def _request_columns(estimates: Any, requests: Any, n: int) -> dict[str, np.ndar
     return {name: np.asarray(getattr(requests, name))[rows] for name in REQUEST_FIELDS}
 
 
-_TRIPLES = np.array([list(f"{k:03d}".encode()) for k in range(1000)], dtype=np.uint8)
+# -- digit tables ------------------------------------------------------------------
+#
+# A chunk of payload rows is built in a NUL-padded byte matrix; each column of
+# the payload has a slot of its own, as wide as its longest text, made of
+# pieces (a sign, groups of four digits, the lowest digits with the separator)
+# whose text comes from one table lookup each. A text is right-aligned in its
+# piece and the NULs are dropped at the end in one pass.
+
+_GROUP = 10_000  # four digits per group
+_UNITS = 10_000  # milliseconds of a float's units digit and fraction: one entry of the units table
+_NULL = _UNITS  # the units table's entry for an unknown value: the text null
+
+
+def _table(texts: list[bytes]) -> np.ndarray:
+    """The texts right-aligned in 8 NUL-padded bytes each, one row per text."""
+    return np.frombuffer(b"".join(t.rjust(8, b"\0") for t in texts), dtype=np.uint8).reshape(-1, 8)
+
+
+@functools.cache
+def _tables() -> dict[str, np.ndarray]:
+    """The digit tables, made on first use (importing this module for decode_payload stays cheap)."""
+    return {
+        # a group of four digits by kind: blank when 0 (a leading group), always shown
+        # (a float's units), zero-filled (below a shown group): entry g + kind * _GROUP
+        "group": _table([b"%d" % g if g else b"" for g in range(_GROUP)] + [b"%d" % g for g in range(_GROUP)]
+                        + [b"%04d" % g for g in range(_GROUP)]),
+        # an integer's lowest four digits and separator: plain, with a minus sign
+        # (+ _GROUP), or zero-filled below a higher group (+ 2 * _GROUP)
+        **{"low" + sep.decode(): _table([b"%d" % g + sep for g in range(_GROUP)]
+                                        + [b"-%d" % g + sep for g in range(_GROUP)]
+                                        + [b"%04d" % g + sep for g in range(_GROUP)]) for sep in (b",", b"]")},
+        # a float's units digit, milliseconds (trailing zeros trimmed, one digit kept) and
+        # separator, by milliseconds modulo 10 s; _NULL: null
+        **{"units" + sep.decode(): _table([b"%d." % (m // 1000) + (b"%03d" % (m % 1000)).rstrip(b"0").ljust(1, b"0")
+                                           + sep for m in range(_UNITS)] + [b"null" + sep]) for sep in (b",", b"]")},
+    }
+
+
+_NARROW: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _lookup(name: str, width: int) -> np.ndarray:
+    """Table ``name`` cut to its last ``width`` bytes per entry, as one ``V{width}`` item per entry."""
+    key = (name, width)
+    if key not in _NARROW:
+        _NARROW[key] = np.ascontiguousarray(_tables()[name][:, 8 - width :]).view(f"V{width}").ravel()
+    return _NARROW[key]
+
+
+def _group_widths(digits: int, below: int) -> list[int]:
+    """Widths of the four-digit groups above the lowest ``below`` digits of a ``digits``-digit number, highest first."""
+    count = max(0, -(-(digits - below) // 4))
+    return [digits - below - 4 * (count - 1)] + [4] * (count - 1) if count else []
+
+
+def _group_pieces(rest: np.ndarray, widths: list[int], units_kind: Any = 0) -> list[tuple[str, int, np.ndarray]]:
+    """The pieces of the four-digit groups of ``rest``, highest first.
+
+    ``units_kind`` is the lowest group's kind when nothing shows above it
+    (0: blank when 0; 1, or an array of 0/1 per row: "0" shows).
+    """
+    if len(widths) == 1:  # nothing above the one group
+        return [("group", widths[0], rest + units_kind * _GROUP if np.ndim(units_kind) or units_kind else rest)]
+    pieces = []
+    for k, width in enumerate(reversed(widths)):
+        rest, group = np.divmod(rest, _GROUP)
+        kind = np.where(rest > 0, 2, units_kind if k == 0 else 0)
+        pieces.append(("group", width, group + kind * _GROUP))
+    return pieces[::-1]
+
+
+def _sign_piece(minus: np.ndarray) -> tuple[str, int, np.ndarray]:
+    return "sign", 1, np.where(minus, ord("-"), 0).astype(np.uint8)
+
+
+class _Slot:
+    """One column's bytes in the row: pieces left to right, each a table lookup per row.
+
+    A piece is ``(table, width, index)``: the entries ``index`` of table
+    ``table`` cut to ``width`` bytes, or with table ``"sign"`` the row's byte
+    itself. The slot's layout (its pieces' widths) is fixed from the whole
+    column when the slot is made; the pieces are worked out per chunk of rows.
+    """
+
+    width: int
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def pieces(self, values: np.ndarray) -> list[tuple[str, int, np.ndarray]]:
+        """The pieces of ``values`` (rows of the column), left to right.
+
+        Parameters
+        ----------
+        values : ndarray
+
+        Returns
+        -------
+        list of (str, int, ndarray)
+        """
+        raise NotImplementedError
+
+    def write(self, rows: slice, out: np.ndarray) -> None:
+        """Write rows ``rows`` of the column into ``out``, a (rows, width) byte view.
+
+        Parameters
+        ----------
+        rows : slice
+        out : ndarray of uint8
+        """
+        pieces = self.pieces(self.values[rows])
+        at = self.width - sum(width for _, width, _ in pieces)
+        out[:, :at] = 0  # spare bytes (room for an odd float)
+        for name, width, index in pieces:
+            if name == "sign":
+                out[:, at] = index
+            else:
+                out[:, at : at + width].view(f"V{width}")[:, 0] = _lookup(name, width)[index]
+            at += width
+
+
+class _IntSlot(_Slot):
+    """An integer column: [sign] [groups of four digits] [lowest four digits + separator].
+
+    The lowest piece carries the sign itself when no higher group shows, so a
+    column below 10,000 (counts, codes, flags) is one piece.
+    """
+
+    def __init__(self, values: np.ndarray, sep: bytes):
+        if values.dtype == bool:
+            values = values.view(np.uint8)  # an index, not a mask
+        super().__init__(values)
+        top, bottom = (int(values.max()), int(values.min())) if len(values) else (0, 0)
+        self.groups = _group_widths(len(str(max(top, -bottom))), 4)
+        self.low_table = "low" + sep.decode()
+        self.low = 5 + (bottom < 0) if self.groups else max(len(str(top)), len(str(bottom))) + 1
+        self.negative = bottom < 0
+        self.signed = bool(self.groups) and bottom <= -_GROUP
+        self.width = self.signed + sum(self.groups) + self.low
+
+    def pieces(self, values: np.ndarray) -> list[tuple[str, int, np.ndarray]]:  # noqa: D102 - as _Slot's
+        if not (self.groups or self.negative):
+            return [(self.low_table, self.low, values)]  # the common case: the value is the index
+        values = values.astype(np.int64, copy=False)
+        magnitude, minus = np.abs(values), values < 0
+        if not self.groups:
+            return [(self.low_table, self.low, magnitude + minus * _GROUP)]
+        rest, low = np.divmod(magnitude, _GROUP)
+        # the sign is the lowest piece's unless a higher group shows (then it has its own byte)
+        pieces = _group_pieces(rest, self.groups)
+        pieces.append((self.low_table, self.low, low + np.where(rest > 0, 2 * _GROUP, minus * _GROUP)))
+        return [_sign_piece(minus & (rest > 0)), *pieces] if self.signed else pieces
+
+
+class _FloatSlot(_Slot):
+    """A float column: [spare] [sign] [groups of four digits] [units digit, fraction, separator].
+
+    Floats are kept to the millisecond (``np.round(x, 3)``); unknown (NaN, and
+    the infinities JSON cannot carry) is null. Rows beyond exact milliseconds
+    (|x| >= 1e15, far above any wait) are formatted one by one with
+    ``repr(round(x, 3))`` when the slot is made: rare.
+    """
+
+    def __init__(self, values: np.ndarray, sep: bytes):
+        values = values.astype(np.float64, copy=False)
+        super().__init__(values)
+        magnitude = np.abs(values)
+        exact = magnitude < _FLOAT_EXACT_LIMIT  # NaN and the infinities are not
+        # rint is monotonic: the extremes of the milliseconds are those of the values
+        top, bottom = (np.rint(np.array([magnitude.max(where=exact, initial=0.0),
+                                         values.min(where=exact, initial=0.0)]) * 1000.0)).tolist()
+        tens = int(top) // _UNITS  # what shows left of the units digit
+        self.groups = _group_widths(len(str(tens)) if tens else 0, 0)
+        self.signed = bottom < 0
+        self.units_table = "units" + sep.decode()
+        self.odd_rows = np.flatnonzero(~exact & (magnitude != np.inf) & ~np.isnan(values))
+        # round(), not np.round(): x * 1000 would overflow near the top of the range
+        self.odd_texts = [repr(round(v, 3)).encode("ascii") + sep for v in values[self.odd_rows].tolist()]
+        used = self.signed + sum(self.groups) + 6
+        self.width = max(used, max(map(len, self.odd_texts), default=0))
+
+    def pieces(self, values: np.ndarray) -> list[tuple[str, int, np.ndarray]]:  # noqa: D102 - as _Slot's
+        finite = np.isfinite(values)
+        # rint(x * 1000) is what np.round(x, 3) rounds; m / 1000 parses back to the same double.
+        if len(self.odd_rows):
+            milli = np.rint(np.where(np.abs(values) < _FLOAT_EXACT_LIMIT, values, 0.0) * 1000.0)
+        else:
+            milli = np.rint(np.where(finite, values, 0.0) * 1000.0)
+        milli = milli.astype(np.int64)
+        tens, units = np.divmod(np.abs(milli) if self.signed else milli, _UNITS)
+        # unknown: nothing shows left of the units piece, which is "null"
+        pieces = _group_pieces(tens, self.groups)
+        pieces.append((self.units_table, 6, np.where(finite, units, _NULL)))
+        return [_sign_piece(milli < 0), *pieces] if self.signed else pieces
+
+    def write(self, rows: slice, out: np.ndarray) -> None:  # noqa: D102 - as _Slot's
+        super().write(rows, out)
+        first, stop = np.searchsorted(self.odd_rows, [rows.start, rows.stop])
+        for row, text in zip(self.odd_rows[first:stop].tolist(), self.odd_texts[first:stop]):
+            out[row - rows.start] = 0
+            out[row - rows.start, self.width - len(text) :] = np.frombuffer(text, dtype=np.uint8)
+
 
 _FLOAT_EXACT_LIMIT = 1e15  # |x| * 1000 stays an exact int64 below this
+_CHUNK_ROWS = 8_192  # rows formatted at a time: the byte matrix stays in cache
 
 
-def _digits(magnitude: np.ndarray, negative: np.ndarray | None = None) -> np.ndarray:
-    """Decimal ASCII of non-negative int64 ``magnitude``, with '-' where ``negative``."""
-    n = len(magnitude)
-    top = int(magnitude.max())
-    chunks = max(1, -(-len(str(top)) // 3))
-    width = 3 * chunks
-    out = np.empty((n, width), dtype=np.uint8)
-    rest = magnitude
-    # Three digits per table lookup: integer division is the slow step, so do few.
-    for k in range(chunks):
-        if k < chunks - 1:
-            rest, low = np.divmod(rest, 1000)
-        else:
-            low = rest
-        np.take(_TRIPLES, low, axis=0, out=out[:, width - 3 * (k + 1) : width - 3 * k])
-    # Leading zeros become padding; the units digit always shows, so 0 prints "0".
-    threshold = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
-    threshold[-1] = 0
-    shown = magnitude[:, None] >= threshold
-    out *= shown
-    if negative is not None and negative.any():
-        out = np.hstack([np.zeros((n, 1), dtype=np.uint8), out])
-        rows = np.flatnonzero(negative)
-        # the sign goes just left of the first shown digit
-        out[rows, width - shown[rows].sum(axis=1)] = ord("-")
-    return out
+def encode_texts(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
+    """All of ``texts`` as one UTF-8 buffer, and each one's length in bytes (one join, one encode).
+
+    Parameters
+    ----------
+    texts : sequence of str
+
+    Returns
+    -------
+    data : bytes
+    lengths : ndarray of int64
+
+    Examples
+    --------
+    >>> encode_texts(["ab", "é"])
+    (b'ab\\xc3\\xa9', array([2, 2]))
+    """
+    joined = "".join(texts)
+    if joined.isascii():
+        return joined.encode("ascii"), np.fromiter(map(len, texts), np.int64, len(texts))
+    encoded = list(map(str.encode, texts))
+    return b"".join(encoded), np.fromiter(map(len, encoded), np.int64, len(texts))
 
 
-def _int_block(values: np.ndarray) -> np.ndarray:
-    negative = values < 0
-    return _digits(np.abs(values), negative)
+def _fill_left(region: np.ndarray, data: bytes, lengths: np.ndarray) -> None:
+    """Texts ``data`` (back to back, ``lengths`` bytes each) left-aligned in the rows of ``region``, NUL-padded."""
+    width = region.shape[1]
+    flat = np.frombuffer(data, dtype=np.uint8)
+    if len(lengths) and int(lengths.min()) == width:
+        region[...] = flat.reshape(-1, width)
+        return
+    region[...] = 0
+    # a boolean mask fills in row-major order: the buffer's order
+    region[np.arange(width) < lengths[:, None]] = flat
 
 
-def _float_block(values: np.ndarray) -> np.ndarray:
-    """Floats rounded to 3 decimals, as ``int.frac`` with trailing zeros trimmed (``12.4``, ``0.0``)."""
-    n = len(values)
-    finite = np.isfinite(values)
-    exact = finite & (np.abs(np.where(finite, values, 0.0)) < _FLOAT_EXACT_LIMIT)
-    # rint(x * 1000) is what np.round(x, 3) rounds; m / 1000 parses back to the same double.
-    milli = np.rint(np.where(exact, values, 0.0) * 1000.0).astype(np.int64)
-    magnitude = np.abs(milli)
-    whole, frac = np.divmod(magnitude, 1000)
-    whole_ascii = _digits(whole, milli < 0)
-    body = np.empty((n, whole_ascii.shape[1] + 4), dtype=np.uint8)
-    body[:, :-4] = whole_ascii
-    body[:, -4] = ord(".")
-    np.take(_TRIPLES, frac, axis=0, out=body[:, -3:])
-    # trailing zeros of the fraction go, one digit always stays: 12.4, 0.0, 0.125
-    body[:, -1] *= body[:, -1] != ord("0")
-    body[:, -2] *= (body[:, -2] != ord("0")) | (body[:, -1] != 0)
-    if not exact.all():
-        width = max(body.shape[1], 4)
-        if width > body.shape[1]:
-            body = np.hstack([np.zeros((n, width - body.shape[1]), dtype=np.uint8), body])
-        # Unknown, or infinite (no JSON form): null, right-aligned like the numbers.
-        body[~finite] = 0
-        body[~finite, width - 4 :] = np.frombuffer(b"null", dtype=np.uint8)
-        odd = np.flatnonzero(finite & ~exact)
-        if len(odd):
-            # Beyond exact milliseconds (weeks of wait are far below): rare, done one by one.
-            # round(), not np.round(): x * 1000 would overflow near the top of the range
-            texts = [repr(round(v, 3)).encode("ascii") for v in values[odd].tolist()]
-            grow = max(map(len, texts)) - width
-            if grow > 0:
-                body = np.hstack([np.zeros((n, grow), dtype=np.uint8), body])
-                width += grow
-            body[odd] = 0
-            for row, text in zip(odd.tolist(), texts):
-                body[row, width - len(text) :] = np.frombuffer(text, dtype=np.uint8)
-    return body
+class PayloadRows(Sequence[str]):
+    """A cycle's payloads as a sequence of str, formatted from the columns in bulk when read.
+
+    ``payloads + more`` appends plain payload strings (the job's ended
+    requests). :meth:`packed` is the bulk path: every row's bytes, in any row
+    order, chunk by chunk, without a Python object per request.
+
+    Parameters
+    ----------
+    head : bytes
+        What every formatted row starts with (``[version,cycle_time,``).
+    slots : list
+        One column formatter per field after the head, in payload order.
+    n : int
+        Rows of the columns.
+    extra : sequence of str, default ()
+        Plain payloads after the formatted rows.
+
+    Examples
+    --------
+    >>> rows = PayloadRows(b"[", [_IntSlot(np.array([7, -12]), b"]")], 2, ["{}"])
+    >>> list(rows), len(rows), rows[1], ["x"] + rows
+    (['[7]', '[-12]', '{}'], 3, '[-12]', ['x', '[7]', '[-12]', '{}'])
+    >>> keys = np.array(["a", "b", "c"], dtype=object), np.array([1, 1, 1])
+    >>> data, lengths = next(rows.packed(np.array([2, 0]), keys=keys))
+    >>> data, lengths.tolist()
+    (b'\\nc\\t{}\\na\\t[7]', [5, 6])
+    """
+
+    def __init__(self, head: bytes, slots: list[Any], n: int, extra: Sequence[str] = ()):
+        self.head, self.slots, self.n, self.extra = head, slots, n, list(extra)
+        self._extra = np.array(self.extra, dtype=object)
+        # a tab before every payload: the bucketed layout's separator, and one to split on
+        self._head = np.frombuffer(b"\t" + head, dtype=np.uint8)
+        self._starts = np.cumsum([len(self._head)] + [slot.width for slot in slots]).tolist()
+
+    def __len__(self) -> int:
+        return self.n + len(self.extra)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.tolist()[index]
+        index = range(len(self))[index]  # negative indexes, and IndexError
+        if index >= self.n:
+            return self.extra[index - self.n]
+        return self.format_rows(np.array([index]))[0][1:].decode("ascii")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __add__(self, other: Sequence[str]) -> "PayloadRows":
+        return PayloadRows(self.head, self.slots, self.n, self.extra + list(other))
+
+    def __radd__(self, other: Sequence[str]) -> list[str]:
+        return list(other) + self.tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (PayloadRows, list, tuple)):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PayloadRows({len(self)} payloads)"
+
+    def tolist(self) -> list[str]:
+        """Every payload as str, in order (one decode and one split for the formatted rows).
+
+        Returns
+        -------
+        list of str
+        """
+        if not self.n:
+            return list(self.extra)
+        formatted = self._formatted
+        data = b"".join(_rows_of(formatted[start : start + _CHUNK_ROWS], ord("\t"))[0]
+                        for start in range(0, self.n, _CHUNK_ROWS))
+        return data.decode("ascii").split("\t")[1:] + self.extra
+
+    def packed(self, order: np.ndarray | None = None,
+               keys: tuple[np.ndarray, np.ndarray] | None = None) -> Iterator[tuple[bytes, np.ndarray]]:
+        """The rows ``order`` (default: all, in order) as bytes, chunk by chunk (:meth:`format_rows`).
+
+        Parameters
+        ----------
+        order : array of int, optional
+            Row numbers (those past ``n`` are :attr:`extra`'s), in the order wanted.
+        keys : (ndarray of str, ndarray of int), optional
+            A key per row (request ids) and its length in UTF-8 bytes, put
+            before each payload: rows are then ``"\\\\nKEY\\\\tPAYLOAD"``.
+
+        Returns
+        -------
+        iterator of (data, lengths)
+            What :meth:`format_rows` returns, per chunk of ``order``.
+        """
+        order = np.arange(len(self)) if order is None else np.asarray(order, dtype=np.intp)
+        for start in range(0, len(order), _CHUNK_ROWS):
+            yield self.format_rows(order[start : start + _CHUNK_ROWS], keys)
+
+    def format_rows(self, rows: np.ndarray,
+                    keys: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[bytes, np.ndarray]:
+        """Rows ``rows`` as bytes, from one byte matrix (a few thousand rows at a time keep it in cache).
+
+        Parameters
+        ----------
+        rows : array of int
+            Row numbers (those past ``n`` are :attr:`extra`'s), in the order wanted.
+        keys : (ndarray of str, ndarray of int), optional
+            As for :meth:`packed`.
+
+        Returns
+        -------
+        data : bytes
+            ``"\\tPAYLOAD"`` (or ``"\\nKEY\\tPAYLOAD"`` with keys) for each row, back to back.
+        lengths : ndarray of int64
+            Bytes of each row's part of ``data``.
+        """
+        rows = np.asarray(rows, dtype=np.intp)
+        key_width = 1 + int(keys[1][rows].max()) if keys is not None and len(rows) else 0
+        extra = np.flatnonzero(rows >= self.n)
+        extra_data, extra_lengths = encode_texts(self._extra[rows[extra] - self.n].tolist())
+        formatted = self._formatted
+        end = max(formatted.shape[1], 1 + int(extra_lengths.max(initial=0)))
+        matrix = np.empty((len(rows), key_width + end), dtype=np.uint8)
+        if keys is not None:
+            matrix[:, 0] = ord("\n")
+            _fill_left(matrix[:, 1:key_width], "".join(keys[0][rows].tolist()).encode("utf-8"), keys[1][rows])
+        body = matrix[:, key_width:]
+        if self.n:
+            # extra rows take row 0 here, replaced below
+            body[:, : formatted.shape[1]] = formatted[np.minimum(rows, self.n - 1) if len(extra) else rows]
+        body[:, formatted.shape[1] :] = 0
+        if len(extra):
+            body[extra, 0] = ord("\t")
+            texts = np.empty((len(extra), end - 1), dtype=np.uint8)
+            _fill_left(texts, extra_data, extra_lengths)
+            body[extra, 1:] = texts
+        return _rows_of(matrix, ord("\n") if keys is not None else ord("\t"))
+
+    @functools.cached_property
+    def _formatted(self) -> np.ndarray:
+        """Every formatted row, in order: a NUL-padded byte matrix, built a few thousand rows at a time."""
+        matrix = np.empty((self.n, self._starts[-1]), dtype=np.uint8)
+        matrix[:, : len(self._head)] = self._head
+        for start in range(0, self.n, _CHUNK_ROWS):
+            rows = slice(start, min(start + _CHUNK_ROWS, self.n))
+            for slot, begin, stop in zip(self.slots, self._starts[:-1], self._starts[1:]):
+                slot.write(rows, matrix[rows, begin:stop])
+        return matrix
 
 
-def _ascii_rows(blocks: list[np.ndarray], head: str, tail: str) -> list[str]:
-    """``head + ",".join(block row texts) + tail`` for every row, without a per-row step."""
-    n = len(blocks[0])
-    head_b, tail_b = head.encode("ascii"), (tail + "\n").encode("ascii")
-    width = len(head_b) + sum(b.shape[1] for b in blocks) + len(blocks) - 1 + len(tail_b)
-    # Column-major: each block column is one contiguous write; ravel() below
-    # does the single transpose to row order.
-    matrix = np.empty((n, width), dtype=np.uint8, order="F")
-    at = 0
-    for k, block in enumerate(blocks):
-        if k:
-            matrix[:, at] = ord(",")
-            at += 1
-        else:
-            matrix[:, : len(head_b)] = np.frombuffer(head_b, dtype=np.uint8)
-            at = len(head_b)
-        matrix[:, at : at + block.shape[1]] = block
-        at += block.shape[1]
-    matrix[:, at:] = np.frombuffer(tail_b, dtype=np.uint8)
-    flat = matrix.ravel()
-    rows = flat[flat != 0].tobytes().decode("ascii").split("\n")
-    rows.pop()  # after the last newline
-    return rows
+def _rows_of(matrix: np.ndarray, first: int) -> tuple[bytes, np.ndarray]:
+    """The NUL-padded rows of ``matrix`` back to back without their NULs, and each one's length.
+
+    Every row starts with byte ``first``, found nowhere else.
+    """
+    data = matrix.tobytes().translate(None, b"\0")
+    starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == first)
+    return data, np.diff(starts, append=len(data))
 
 
 def decode_payload(payload: str | bytes) -> dict[str, Any]:

@@ -9,9 +9,11 @@ computes the same id hash as :func:`id_hashes`).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
+
+from vecsched.service.payload import PayloadRows, encode_texts
 
 
 # -- buckets: many requests per hash field ------------------------------------------
@@ -41,97 +43,148 @@ def id_hash(request_id: str) -> int:
 
 
 def id_hashes(ids: Sequence[str]) -> np.ndarray:
-    """:func:`id_hash` of every id, as one integer product over the ids' bytes.
+    """:func:`id_hash` of every id, as one integer product per id length over the ids' bytes.
 
     Examples
     --------
     >>> [int(h) for h in id_hashes(["ab", "abc"])] == [id_hash("ab"), id_hash("abc")]
     True
     """
-    return _hashes(*_matrix(*_encode(ids)))
+    texts = np.empty(len(ids), dtype=object)
+    texts[:] = list(ids)
+    return _hashes(texts, *encode_texts(texts.tolist()))
 
 
-def _hashes(raw: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The polynomial of each left-aligned row of ``raw``.
+Chunk = tuple[np.ndarray, np.ndarray, bytes]
+"""Whole buckets: their numbers, where each one's value ends in the buffer, the buffer."""
 
-    It is summed with the powers of 31 of a full-width row, then shifted back
-    by the inverse power for each shorter row (the modulus is prime).
+_CHUNK_ENTRIES = 8192  # about this many requests formatted at a time (whole buckets)
+_HASH_ROWS = 8192  # rows per product: the float copy of the id bytes stays small
+
+
+def _hashes(ids: np.ndarray, data: bytes, lengths: np.ndarray) -> np.ndarray:
+    """The polynomial of each id's UTF-8 bytes (``data``, ``lengths`` per id), modulo HASH_MODULUS.
+
+    Ids of one length are one dense byte matrix (no padding to the longest): its
+    rows are summed with the powers of 31 in one float product, exact since each
+    term is below 255 * 1e6 and a row of at most 256 of them below 2**53.
     """
-    n, width = raw.shape
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    powers = np.array([pow(31, width - 1 - k, HASH_MODULUS) for k in range(width)], dtype=np.float64)
-    # Each term is below 255 * 1e6 and a row of them below 2**53: exact in a float product.
-    if width * 255 * HASH_MODULUS >= 2**53:
-        raise ValueError(f"ids of {width} bytes are too long to hash in one product")
-    full = (raw @ powers).astype(np.int64) % HASH_MODULUS
-    inverse = pow(31, -1, HASH_MODULUS)
-    shift = np.array([pow(inverse, k, HASH_MODULUS) for k in range(width + 1)], dtype=np.int64)
-    return full * shift[width - lengths] % HASH_MODULUS
+    out = np.zeros(len(ids), dtype=np.int64)
+    if not len(ids):
+        return out
+    if int(lengths.max()) * 255 * HASH_MODULUS >= 2**53:
+        raise ValueError(f"ids of {int(lengths.max())} bytes are too long to hash in one product")
+    if int(lengths.min()) == int(lengths.max()):
+        by_length = np.arange(len(ids))
+    else:
+        by_length = np.argsort(lengths, kind="stable")
+        data = encode_texts(ids[by_length].tolist())[0]
+    flat = np.frombuffer(data, dtype=np.uint8)
+    sorted_lengths = lengths[by_length]
+    firsts = np.flatnonzero(np.r_[True, sorted_lengths[1:] != sorted_lengths[:-1]])
+    offsets = np.r_[0, np.cumsum(sorted_lengths)]
+    for first, stop in zip(firsts.tolist(), np.r_[firsts[1:], len(ids)].tolist()):
+        width = int(sorted_lengths[first])
+        if not width:
+            continue  # the empty id hashes to 0
+        powers = np.array([pow(31, width - 1 - k, HASH_MODULUS) for k in range(width)], dtype=np.float64)
+        block, block_rows = flat[offsets[first] : offsets[stop]].reshape(-1, width), by_length[first:stop]
+        for start in range(0, len(block), _HASH_ROWS):
+            part = slice(start, start + _HASH_ROWS)
+            out[block_rows[part]] = (block[part] @ powers).astype(np.int64) % HASH_MODULUS
+    return out
 
 
-def _encode(texts: Sequence[str]) -> tuple[bytes, np.ndarray]:
-    """All of ``texts`` as one UTF-8 buffer, and each one's length in bytes (one join, one encode)."""
-    joined = "".join(texts)
-    if joined.isascii():
-        return joined.encode("ascii"), np.fromiter(map(len, texts), np.int64, len(texts))
-    encoded = [t.encode("utf-8") for t in texts]
-    return b"".join(encoded), np.fromiter(map(len, encoded), np.int64, len(texts))
-
-
-def _matrix(data: bytes, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The texts of ``data`` as left-aligned, zero-padded rows, and their lengths."""
-    n = len(lengths)
-    width = int(lengths.max()) if n else 0
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    if n and int(lengths.min()) == width:
-        return buffer.reshape(n, width), lengths
-    matrix = np.zeros((n, width), dtype=np.uint8)
-    # A boolean mask fills in row-major order: the buffer's order.
-    matrix[np.arange(width) < lengths[:, None]] = buffer
-    return matrix, lengths
-
-
-def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[str], list[bytes]] | None:
+def bucket_fields(ids: Sequence[str], payloads: Sequence[str]) -> tuple[list[bytes], list[bytes]] | None:
     """Hash fields and values holding every (id, payload) pair, about BUCKET_SIZE to a field.
 
-    A bucket's value is ``"\\nID\\tPAYLOAD"`` repeated (UTF-8), built as one
-    byte matrix in bucket order with the padding dropped at once. Returns None
-    when an id or payload holds a newline, tab or NUL (they could not be found
-    again): publish one field per request then.
+    The fields of :func:`bucket_chunks`, each value cut from its chunk.
+
+    Parameters
+    ----------
+    ids : sequence of str
+    payloads : sequence of str
+        Aligned with ``ids``; a :class:`PayloadRows` is never turned into str.
+
+    Returns
+    -------
+    names, values : list of bytes, or None
+        Field ``#`` (the bucket count) first, then each non-empty bucket's;
+        None when an id or payload holds a newline, tab or NUL.
 
     Examples
     --------
     >>> names, values = bucket_fields(["r1", "r2"], ["[1]", "[2]"])
     >>> names[0], sorted(b"".join(values[1:]).split(b"\\n")[1:])
-    ('#', [b'r1\\t[1]', b'r2\\t[2]'])
+    (b'#', [b'r1\\t[1]', b'r2\\t[2]'])
+    """
+    got = bucket_chunks(ids, payloads)
+    if got is None:
+        return None
+    n_buckets, chunks = got
+    names, values = [BUCKETS_FIELD.encode()], [str(n_buckets).encode()]
+    for buckets, ends, entries in chunks:
+        names.extend(map(str.encode, map(str, buckets.tolist())))
+        stops = ends.tolist()
+        # map() slices from C: no interpreter step per bucket either
+        values.extend(map(entries.__getitem__, map(slice, [0, *stops[:-1]], stops)))
+    return names, values
+
+
+def bucket_chunks(ids: Sequence[str], payloads: Sequence[str]) -> tuple[int, Iterator[Chunk]] | None:
+    """The bucketed status hash as chunks of whole buckets, each one bytes buffer.
+
+    A bucket's value is ``"\\nID\\tPAYLOAD"`` repeated (UTF-8). The entries are
+    written in bucket order, a few thousand at a time and whole buckets each
+    time (:meth:`PayloadRows.format_rows`, which formats payloads straight from
+    their columns). Returns None when an id or payload holds a newline, tab or
+    NUL (they could not be found again): publish one field per request then.
+
+    Parameters
+    ----------
+    ids : sequence of str
+    payloads : sequence of str
+        Aligned with ``ids``; a :class:`PayloadRows` is never turned into str.
+
+    Returns
+    -------
+    (n_buckets, chunks) or None
+        The bucket count (field ``#``) and, lazily, per chunk: the bucket
+        numbers (ascending), where each one's value ends in the buffer, and
+        the buffer.
+
+    Examples
+    --------
+    >>> n_buckets, chunks = bucket_chunks(["r1", "r2", "r3"], ["[1]", "[2]", "[3]"])
+    >>> [(b.tolist(), e.tolist(), data) for b, e, data in chunks]
+    [([0], [21], b'\\nr1\\t[1]\\nr2\\t[2]\\nr3\\t[3]')]
     """
     n = len(ids)
-    encoded = _encode(ids), _encode(payloads)
-    if any(c in data for data, _ in encoded for c in (b"\n", b"\t", b"\x00")):
+    if len(payloads) != n:
+        raise ValueError(f"{len(payloads)} payloads for {n} request ids")
+    rows = payloads if isinstance(payloads, PayloadRows) else PayloadRows(b"", [], 0, payloads)
+    texts = np.empty(n, dtype=object)
+    texts[:] = list(ids)
+    data, lengths = encode_texts(texts.tolist())
+    if any(c in text for text in (data, "".join(rows.extra).encode()) for c in (b"\n", b"\t", b"\x00")):
         return None
-    (id_bytes, id_lengths), (payload_bytes, payload_lengths) = (_matrix(*e) for e in encoded)
     n_buckets = max(1, -(-n // BUCKET_SIZE))
-    bucket = _hashes(id_bytes, id_lengths) % n_buckets
+    bucket = _hashes(texts, data, lengths) % n_buckets
     # Small integers sort by radix: far cheaper than a comparison sort.
     bucket = bucket.astype(np.uint16 if n_buckets <= 1 << 16 else np.uint32)
     order = np.argsort(bucket, kind="stable")
-    wi, wp = id_bytes.shape[1], payload_bytes.shape[1]
-    matrix = np.empty((n, wi + wp + 2), dtype=np.uint8)
-    matrix[:, 0] = ord("\n")
-    np.take(id_bytes, order, axis=0, out=matrix[:, 1 : wi + 1])
-    matrix[:, wi + 1] = ord("\t")
-    np.take(payload_bytes, order, axis=0, out=matrix[:, wi + 2 :])
-    flat = matrix.ravel()
-    entries = flat[flat != 0].tobytes()
-    ends = np.cumsum((2 + id_lengths + payload_lengths)[order])
     sorted_bucket = bucket[order]
-    present = np.flatnonzero(np.r_[sorted_bucket[1:] != sorted_bucket[:-1], True]) if n else np.zeros(0, np.int64)
-    stops = ends[present].tolist()
-    starts = [0] + stops[:-1]
-    names = [BUCKETS_FIELD] + list(map(str, sorted_bucket[present].tolist()))
-    values = [str(n_buckets).encode()] + [entries[a:b] for a, b in zip(starts, stops)]
-    return names, values
+    last = np.flatnonzero(np.r_[sorted_bucket[1:] != sorted_bucket[:-1], True]) if n else np.zeros(0, np.int64)
+
+    def chunks() -> Iterator[Chunk]:
+        cuts = (last[np.searchsorted(last, np.arange(_CHUNK_ENTRIES, n, _CHUNK_ENTRIES))] + 1).tolist()
+        for start, stop in zip([0, *cuts], [*cuts, n]):
+            if start < stop:
+                entries, sizes = rows.format_rows(order[start:stop], keys=(texts, lengths))
+                ends = last[(last >= start) & (last < stop)]
+                yield sorted_bucket[ends], np.cumsum(sizes)[ends - start], entries
+
+    return n_buckets, chunks()
 
 
 def unbucket(fields: dict[bytes, bytes]) -> dict[str, str]:
@@ -140,7 +193,7 @@ def unbucket(fields: dict[bytes, bytes]) -> dict[str, str]:
     Examples
     --------
     >>> names, values = bucket_fields(["r1", "r2"], ["[1]", "[2]"])
-    >>> unbucket({n.encode(): v for n, v in zip(names, values)}) == {"r1": "[1]", "r2": "[2]"}
+    >>> unbucket(dict(zip(names, values))) == {"r1": "[1]", "r2": "[2]"}
     True
     >>> unbucket({b"r1": b"[1]"})
     {'r1': '[1]'}

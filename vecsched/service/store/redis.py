@@ -143,13 +143,18 @@ class RedisStore:
         pending_ttl = int(max(120.0, 20 * cycle.interval))
         grace = int(max(5.0, math.ceil(2 * cycle.interval)))
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
-        ids, payloads = list(cycle.request_ids), list(cycle.payloads)
-        if self.bucketed:
-            # BUCKET_SIZE requests per field: Redis's and redis-py's costs are per field.
-            ids, payloads = bucket_fields(ids, payloads) or (ids, payloads)
+        fields = bucket_fields(cycle.request_ids, cycle.payloads) if self.bucketed else None
+        if fields is None:
+            # one field per request (asked for, or an id or payload holds a separator)
+            fields = list(map(str.encode, cycle.request_ids)), list(map(str.encode, cycle.payloads))
+        names, values = fields
         pipe = self.client.pipeline(transaction=False)
-        for start in range(0, len(ids), self.chunk):
-            pipe.hset(status_key, mapping=dict(zip(ids[start : start + self.chunk], payloads[start : start + self.chunk])))
+        for start in range(0, len(names), self.chunk):
+            # one HSET of many pre-encoded field/value pairs: redis-py only frames them
+            part = slice(start, start + self.chunk)
+            pairs: list[bytes] = [b""] * (2 * len(names[part]))
+            pairs[0::2], pairs[1::2] = names[part], values[part]
+            pipe.execute_command("HSET", status_key, *pairs)
             if start == 0:
                 pipe.expire(status_key, pending_ttl)
         pipe.set(meta_key, meta, ex=pending_ttl)
