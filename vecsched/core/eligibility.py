@@ -95,6 +95,9 @@ class Eligibility:
     competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
+    # rows -> (len(rows), usable workers of the gentype) eligible masks, from the same tables
+    # (shared rows) and gates (special rows) as the sums; read by the forecasts stage.
+    row_workers: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def eligibility(
@@ -140,6 +143,7 @@ def eligibility(
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
         eligible_workers=found.workers,
+        row_workers=_row_workers(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
 
 
@@ -724,3 +728,43 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
         a = stop
     # Every key takes the row of the first key with its set of sources.
     return out[first[np.searchsorted(distinct, same_sources)]]
+
+
+def _row_workers(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    cols: GateColumns,
+    sets: ModelSets,
+    flags: FlagTables,
+    shared: SharedGroups,
+    special: SpecialGroups,
+    excluded: tuple[np.ndarray, np.ndarray],
+    found: SpecialSums,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The eligible workers of result rows, on demand (nothing is evaluated until called).
+
+    A shared row's workers are its model overlap and flag table row read per
+    worker (the very tables the sums add over); a special row's are its
+    representative evaluated by :func:`_special_block`, unless kept already.
+    """
+    local = np.full(len(wk.ids), -1, dtype=np.int64)
+    local[cols.worker_rows] = np.arange(len(cols.worker_rows))
+
+    def masks(rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), len(cols.worker_rows)), dtype=bool)
+        mine = np.flatnonzero(rows < shared.n)
+        group = rows[mine]
+        fast = shared.g_fast[group][:, None]
+        table = np.where(fast, flags.fast_base[shared.g_flags[group]], flags.passes_base[shared.g_flags[group]])
+        out[mine] = sets.overlap[shared.g_set[group]][:, sets.w_set] & table[:, flags.w_flags]
+        mine = np.flatnonzero(rows >= shared.n)
+        group = rows[mine] - shared.n
+        if found.workers is not None:
+            out[mine] = found.workers[group]
+        elif len(mine) and len(cols.worker_rows):
+            reps = special.representative[group]
+            out[mine] = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reps)
+        return out
+
+    return masks
