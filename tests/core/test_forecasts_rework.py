@@ -4,7 +4,7 @@ Below the tests, the computation as it was on main at 0020357: eligible sets fro
 second, worker-by-worker eligibility pass over one representative per eligibility
 row, and sums by per-set prefix sums or per-column running sums over memberships.
 The reworked stage reads the sets from the eligibility stage's tables
-(``Eligibility.row_workers``) and sums by :func:`_by_sets` or :func:`_by_blocks`;
+(``Eligibility.row_words``) and sums by :func:`_by_sets` or :func:`_by_blocks`;
 both must give the same sets and the same sums on random hordes, with blocks made
 tiny so that every carry across blocks and chunks is exercised.
 """

@@ -95,9 +95,9 @@ class Eligibility:
     competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
-    # rows -> (len(rows), usable workers of the gentype) eligible masks, from the same tables
-    # (shared rows) and gates (special rows) as the sums; read by the forecasts stage.
-    row_workers: Callable[[np.ndarray], np.ndarray] | None = None
+    # rows -> their eligible workers (usable workers of the gentype) as pack_words rows, from the
+    # same tables (shared rows) and gates (special rows) as the sums; read by the forecasts stage.
+    row_words: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def eligibility(
@@ -143,7 +143,7 @@ def eligibility(
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
         eligible_workers=found.workers,
-        row_workers=_row_workers(wk, rq, cols, sets, flags, shared, special, excluded, found),
+        row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
 
 
@@ -730,7 +730,7 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     return out[first[np.searchsorted(distinct, same_sources)]]
 
 
-def _row_workers(
+def _row_words(
     wk: WorkerArrays,
     rq: RequestArrays,
     cols: GateColumns,
@@ -741,30 +741,48 @@ def _row_workers(
     excluded: tuple[np.ndarray, np.ndarray],
     found: SpecialSums,
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """The eligible workers of result rows, on demand (nothing is evaluated until called).
+    """The eligible workers of result rows as :func:`pack_words` rows, on demand.
 
-    A shared row's workers are its model overlap and flag table row read per
-    worker (the very tables the sums add over); a special row's are its
-    representative evaluated by :func:`_special_block`, unless kept already.
+    A shared row's workers are its model overlap AND its flag table row (the
+    very tables its sums add over), each packed once per request set and per
+    (request flags, speed variant), so a row costs a few words; a special
+    row's are its representative evaluated by :func:`_special_block`, unless
+    kept already. Nothing is evaluated until called.
     """
+    packed: list[tuple[np.ndarray, np.ndarray]] = []
     local = np.full(len(wk.ids), -1, dtype=np.int64)
     local[cols.worker_rows] = np.arange(len(cols.worker_rows))
 
-    def masks(rows: np.ndarray) -> np.ndarray:
+    nw = len(cols.worker_rows)
+    step = max(1, BLOCK_ELEMENTS // max(nw, 1))
+
+    def per_worker(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
+        """``table[:, worker_column]`` packed, a block of rows at a time."""
+        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in range(0, max(len(table), 1), step)])
+
+    def tables() -> tuple[np.ndarray, np.ndarray]:
+        if not packed:
+            by_flags = np.stack([per_worker(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
+            packed.append((per_worker(sets.overlap, sets.w_set), by_flags))
+        return packed[0]
+
+    def words(rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
-        out = np.zeros((len(rows), len(cols.worker_rows)), dtype=bool)
+        out = np.zeros((len(rows), -(-max(nw, 1) // 64)), dtype=np.uint64)
         mine = np.flatnonzero(rows < shared.n)
-        group = rows[mine]
-        fast = shared.g_fast[group][:, None]
-        table = np.where(fast, flags.fast_base[shared.g_flags[group]], flags.passes_base[shared.g_flags[group]])
-        out[mine] = sets.overlap[shared.g_set[group]][:, sets.w_set] & table[:, flags.w_flags]
+        if len(mine):
+            by_set, by_flags = tables()
+            group = rows[mine]
+            out[mine] = by_set[shared.g_set[group]] & by_flags[shared.g_fast[group].astype(np.int64), shared.g_flags[group]]
         mine = np.flatnonzero(rows >= shared.n)
-        group = rows[mine] - shared.n
-        if found.workers is not None:
-            out[mine] = found.workers[group]
-        elif len(mine) and len(cols.worker_rows):
-            reps = special.representative[group]
-            out[mine] = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reps)
+        for a in range(0, len(mine) if nw else 0, step):
+            at = mine[a : a + step]
+            group = rows[at] - shared.n
+            if found.workers is not None:
+                out[at] = pack_words(found.workers[group])
+            else:
+                reps = special.representative[group]
+                out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps))
         return out
 
-    return masks
+    return words

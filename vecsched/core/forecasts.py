@@ -412,8 +412,8 @@ def eligible_sets(elig: Any, worker_threads: np.ndarray) -> tuple[np.ndarray, np
     """Each request's eligible worker set (see :class:`GentypeQueue`), from the eligibility stage's rows.
 
     ``elig`` is the stage's :class:`~vecsched.core.eligibility.Eligibility`:
-    requests of one row share their eligible workers, which ``elig.row_workers``
-    reads from the same tables and gates the sums came from. Sets are numbered
+    requests of one row share their eligible workers, which ``elig.row_words``
+    reads (packed) from the same tables and gates the sums came from. Sets are numbered
     in the order of their packed rows; ``worker_threads`` are the gentype's
     usable workers' threads.
     """
@@ -423,8 +423,7 @@ def eligible_sets(elig: Any, worker_threads: np.ndarray) -> tuple[np.ndarray, np
     n_workers = len(worker_threads)
     if len(reps) == 0:
         return set_of, np.zeros((0, n_workers), dtype=bool), worker_threads
-    step = max(1, BLOCK // max(n_workers, 1))
-    words = np.concatenate([pack_words(elig.row_workers(elig.row[reps[a : a + step]])) for a in range(0, len(reps), step)])
+    words = elig.row_words(elig.row[reps])
     set_first, set_of_rep = unique_rows(words)
     set_of_row = np.full(int(rows_used.max()) + 1, -1, dtype=np.int64)
     set_of_row[elig.row[reps]] = set_of_rep.ravel()
