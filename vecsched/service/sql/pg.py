@@ -270,9 +270,11 @@ class _PgFetch(_GenericFetch):
     ) -> tuple[list[Any], list[Any]]:
         row = self._row(
             f"link:{table.name}:{key}:{value}",
+            # Position order alone: the rows are grouped by key on the client (a stable integer
+            # sort), cheaper than the server sorting the text keys.
             lambda: self._ordered_aggregate(
                 [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])],
-                [table.c[key], table.c.position],
+                [table.c.position],
                 where,
             ),
             params,
