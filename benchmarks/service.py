@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 
-from benchmarks.sidebyside import take_turns
+if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
 import json, secrets, statistics, sys, time

@@ -752,13 +752,13 @@ def _row_words(
     packed: list[tuple[np.ndarray, np.ndarray]] = []
     local = np.full(len(wk.ids), -1, dtype=np.int64)
     local[cols.worker_rows] = np.arange(len(cols.worker_rows))
-
     nw = len(cols.worker_rows)
     step = max(1, BLOCK_ELEMENTS // max(nw, 1))
 
     def per_worker(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
         """``table[:, worker_column]`` packed, a block of rows at a time."""
-        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in range(0, max(len(table), 1), step)])
+        blocks = range(0, max(len(table), 1), step)
+        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
 
     def tables() -> tuple[np.ndarray, np.ndarray]:
         if not packed:
@@ -773,7 +773,8 @@ def _row_words(
         if len(mine):
             by_set, by_flags = tables()
             group = rows[mine]
-            out[mine] = by_set[shared.g_set[group]] & by_flags[shared.g_fast[group].astype(np.int64), shared.g_flags[group]]
+            variant = shared.g_fast[group].astype(np.int64)  # 0: every gate but speed, 1: speed too
+            out[mine] = by_set[shared.g_set[group]] & by_flags[variant, shared.g_flags[group]]
         mine = np.flatnonzero(rows >= shared.n)
         for a in range(0, len(mine) if nw else 0, step):
             at = mine[a : a + step]
