@@ -320,8 +320,8 @@ def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
         cells = raw.values if raw.cells is None else np.asarray(raw.cells, dtype=object)
         if cells.dtype == object:
             cells = np.where(raw.null, "", cells).astype(str)
-        sort_keys += [cells, raw.null]
-    order = np.lexsort(sort_keys)
+        sort_keys += [cells, raw.null] if raw.null.any() else [cells]
+    order = np.argsort(sort_keys[0], kind="stable") if len(sort_keys) == 1 else np.lexsort(sort_keys)
     if (order[1:] > order[:-1]).all():
         return raws
     return [_Raw(r.values[order], r.null[order], [(mask[order], message) for mask, message in r.errors],
