@@ -168,10 +168,11 @@ class _PgFetch(_GenericFetch):
     def serial_plans(self) -> Iterator[None]:
         """No parallel plans in this transaction while the arrays are read.
 
-        The arrays keep the subquery's id order only if one process reads the
-        rows in that order; from PostgreSQL 16 on, array_agg may run as a
-        parallel aggregate, whose partial arrays are joined in whatever order
-        the workers finish. The previous setting is restored afterwards.
+        The arrays of one table keep one row order (the subquery's, by
+        position for link tables) only if one process reads the rows; from
+        PostgreSQL 16 on, array_agg may run as a parallel aggregate, whose
+        partial arrays are joined in whatever order the workers finish. The
+        previous setting is restored afterwards.
         """
         with self.raw.cursor() as cur:
             before = cur.execute(
