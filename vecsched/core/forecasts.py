@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from vecsched.core.groups import pack_words, unique_rows, unpack_words
+from vecsched.core.groups import unique_rows, unpack_words
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
