@@ -20,9 +20,9 @@ estimators here ignore it: their p90 is the provisional rule of SPEC section 8,
 * ``eligible-share-v1``: SPEC section 5's wait where each request j ahead is
   charged only ``T(A(i) & A(j)) / T(A(j))`` of its work and jobs, the share of
   j's eligible threads that are also i's. A worker eligible for both could take
-  j, so every j with a positive share competes with i. Computed per *eligible
-  set* (the distinct worker sets of the request groups), never per pair of
-  requests: cost grows with sets x queued requests.
+  j, so every j with a positive share competes with i. Read from the
+  eligibility stage's rows (their distinct *eligible sets*), never per pair of
+  requests: cost grows with requests x workers (see :func:`shared_work_ahead`).
 """
 
 from __future__ import annotations
