@@ -64,3 +64,21 @@ def test_fit_exponent_recovers_a_power_law():
     fit = fit_exponent(x, [2e-6 * v**1.5 for v in x])
     assert fit is not None and abs(fit["exponent"] - 1.5) < 1e-9
     assert fit_exponent([1.0], [1.0]) is None
+
+
+def test_side_by_side_children_take_turns_and_answer_the_last_command(tmp_path):
+    from benchmarks.sidebyside import take_turns
+
+    # Each child counts its turns and says when it was asked; "last" is answered apart.
+    child = r"""
+import json, sys, time
+print(json.dumps({"ready": sys.argv[1]}), flush=True)
+for k, line in enumerate(sys.stdin):
+    print(json.dumps({"turn": k, "at": time.monotonic(), "command": line.strip()}), flush=True)
+"""
+    root = str(tmp_path)
+    ready, turns = take_turns({"a": root, "b": root}, child, ["x"], rounds=4, finish="last")
+    assert ready == {"a": {"ready": "x"}, "b": {"ready": "x"}}
+    assert [t["command"] for t in turns["a"]] == ["go"] * 4 + ["last"]
+    firsts = ["a" if turns["a"][k]["at"] < turns["b"][k]["at"] else "b" for k in range(4)]
+    assert firsts == ["a", "b", "a", "b"]  # neither tree always goes first

@@ -51,18 +51,18 @@ def test_forecasts_equal_reference(doc: dict) -> None:
     check_equal(vecsched.load_snapshot(doc))
 
 
-@pytest.mark.parametrize("path", ["_by_sets", "_by_columns"])
+@pytest.mark.parametrize("path", ["_by_sets", "_by_blocks"])
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=hordes(max_workers=8, max_requests=14))
 def test_both_summation_paths_equal_reference(doc: dict, path: str) -> None:
     # Each of the two ways of summing the shares must hold on its own.
-    original = (F._by_sets, F._by_columns)
+    original = (F._by_sets, F._by_blocks)
     chosen = getattr(F, path)
-    F._by_sets = F._by_columns = chosen
+    F._by_sets = F._by_blocks = chosen
     try:
         check_equal(vecsched.load_snapshot(doc))
     finally:
-        F._by_sets, F._by_columns = original
+        F._by_sets, F._by_blocks = original
 
 
 def _doc(workers, requests):

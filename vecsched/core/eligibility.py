@@ -95,6 +95,9 @@ class Eligibility:
     competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
+    # rows -> their eligible workers (usable workers of the gentype) as pack_words rows, from the
+    # same tables (shared rows) and gates (special rows) as the sums; read by the forecasts stage.
+    row_words: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def eligibility(
@@ -140,6 +143,7 @@ def eligibility(
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
         eligible_workers=found.workers,
+        row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
 
 
@@ -724,3 +728,62 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
         a = stop
     # Every key takes the row of the first key with its set of sources.
     return out[first[np.searchsorted(distinct, same_sources)]]
+
+
+def _row_words(
+    wk: WorkerArrays,
+    rq: RequestArrays,
+    cols: GateColumns,
+    sets: ModelSets,
+    flags: FlagTables,
+    shared: SharedGroups,
+    special: SpecialGroups,
+    excluded: tuple[np.ndarray, np.ndarray],
+    found: SpecialSums,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The eligible workers of result rows as :func:`pack_words` rows, on demand.
+
+    A shared row's workers are its model overlap AND its flag table row (the
+    very tables its sums add over), each packed once per request set and per
+    (request flags, speed variant), so a row costs a few words; a special
+    row's are its representative evaluated by :func:`_special_block`, unless
+    kept already. Nothing is evaluated until called.
+    """
+    packed: list[tuple[np.ndarray, np.ndarray]] = []
+    local = np.full(len(wk.ids), -1, dtype=np.int64)
+    local[cols.worker_rows] = np.arange(len(cols.worker_rows))
+    nw = len(cols.worker_rows)
+    step = max(1, BLOCK_ELEMENTS // max(nw, 1))
+
+    def per_worker(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
+        """``table[:, worker_column]`` packed, a block of rows at a time."""
+        blocks = range(0, max(len(table), 1), step)
+        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
+
+    def tables() -> tuple[np.ndarray, np.ndarray]:
+        if not packed:
+            by_flags = np.stack([per_worker(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
+            packed.append((per_worker(sets.overlap, sets.w_set), by_flags))
+        return packed[0]
+
+    def words(rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros((len(rows), -(-max(nw, 1) // 64)), dtype=np.uint64)
+        mine = np.flatnonzero(rows < shared.n)
+        if len(mine):
+            by_set, by_flags = tables()
+            group = rows[mine]
+            variant = shared.g_fast[group].astype(np.int64)  # 0: every gate but speed, 1: speed too
+            out[mine] = by_set[shared.g_set[group]] & by_flags[variant, shared.g_flags[group]]
+        mine = np.flatnonzero(rows >= shared.n)
+        for a in range(0, len(mine) if nw else 0, step):
+            at = mine[a : a + step]
+            group = rows[at] - shared.n
+            if found.workers is not None:
+                out[at] = pack_words(found.workers[group])
+            else:
+                reps = special.representative[group]
+                out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps))
+        return out
+
+    return words

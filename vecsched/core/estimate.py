@@ -85,7 +85,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
                 f"{name}_worker_declarations": elig.n_declarations,
             }
         )
-        forecast_queues.append(_forecast_queue(batch, gentype, mine, len(snapshot.model_names), elig, horde[name]))
+        forecast_queues.append(_forecasts.gentype_queue(batch.workers, gentype, elig, mine, horde[name]["mean_speed"]))
         forecast_throughput[mine] = elig.throughput
         columns["eligible_workers"][mine] = elig.workers
         columns["eligible_worker_threads"][mine] = elig.threads
@@ -208,14 +208,6 @@ def _excluded_among(batch: _Batch, mine: np.ndarray) -> tuple[np.ndarray, np.nda
     ex_w, ex_r = batch.excluded
     sel = np.isin(ex_r, mine)
     return ex_w[sel], in_mine[ex_r[sel]]
-
-
-def _forecast_queue(
-    batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, elig: Eligibility, horde: dict[str, Any]
-) -> _forecasts.GentypeQueue:
-    """What the forecasts stage reads of one gentype (its eligible sets built only if asked)."""
-    return _forecasts.gentype_queue(batch.workers, take_rows(batch.queue, mine), gentype,
-                                    _excluded_among(batch, mine), vocabulary_size, elig, mine, horde["mean_speed"])
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ estimators here ignore it: their p90 is the provisional rule of SPEC section 8,
 * ``eligible-share-v1``: SPEC section 5's wait where each request j ahead is
   charged only ``T(A(i) & A(j)) / T(A(j))`` of its work and jobs, the share of
   j's eligible threads that are also i's. A worker eligible for both could take
-  j, so every j with a positive share competes with i. Computed per *eligible
-  set* (the distinct worker sets of the request groups), never per pair of
-  requests: cost grows with sets x queued requests.
+  j, so every j with a positive share competes with i. Read from the
+  eligibility stage's rows (their distinct *eligible sets*), never per pair of
+  requests: cost grows with requests x workers (see :func:`shared_work_ahead`).
 """
 
 from __future__ import annotations
@@ -34,14 +34,25 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from vecsched.core.groups import pack_words, unique_rows
+from vecsched.core.groups import unique_rows, unpack_words
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
 P90_FLOOR_SECONDS = 60.0
 P90_SHARE = 0.5
-# Floats per temporary block of the eligible-share prefix sums.
+# Floats per temporary block of the eligible-share sums.
 BLOCK = 1 << 22
+# Requests per block of the eligible-share block sums when every request is asked (the
+# product inside a block costs block x workers per asked request, each block a few calls),
+# and at most when few are (blocks that stay in cache).
+BLOCK_ROWS = 16
+MAX_BLOCK_ROWS = 128
+# Time of a multiply-add against one pass over an element, measured at 2,000 x 50,000 on one
+# BLAS thread: in one large product (the sets) and in the small in-block products.
+PRODUCT_COST = 0.05
+SMALL_PRODUCT_COST = 0.4
+# Passes of the sets path over its (asked requests x sets) prefix table.
+SETS_PASSES = 8.0
 
 
 @dataclass(frozen=True)
@@ -266,105 +277,124 @@ def shared_work_ahead(
 
     Returns arrays aligned with ``queue.rows`` (only the ``wanted`` ones are
     computed when given). Requests with no eligible thread get 0 and are
-    charged to nobody. Two equal ways to sum: per eligible
-    set (sets x requests, dense; for small queues) or over the memberships of
-    requests in *worker columns* (workers that belong to exactly the same sets),
-    which costs the memberships alone.
+    charged to nobody. Two equal ways to sum, the cheaper chosen (see
+    :func:`_by_sets` and :func:`_by_blocks`); shared threads are products of
+    0/1 worker rows and whole thread counts, exact in double precision.
     """
     set_of, masks, worker_threads = queue.eligible_sets()
     rows = queue.rows
-    m = len(rows)
-    if len(masks) == 0:
-        return np.zeros(m), np.zeros(m)
-    column_first, column_of = unique_rows(pack_words(np.ascontiguousarray(masks.T)))
-    column_threads = np.bincount(column_of, weights=worker_threads, minlength=len(column_first))
-    columns = masks[:, column_first]
+    out = np.zeros((2, len(rows)))
+    asked = set_of >= 0 if wanted is None else wanted & (set_of >= 0)
+    if len(masks) == 0 or not asked.any():
+        return out[0], out[1]
+    threads = worker_threads.astype(np.float64)
     order = np.argsort(inp.position[rows], kind="stable")
-    rank = np.empty(m, dtype=np.int64)
-    rank[order] = np.arange(m)
-    set_threads = columns.astype(np.float64) @ column_threads
-    sorted_set = set_of[order]
-    charged = sorted_set >= 0
-    inverse = np.zeros(m)
-    inverse[charged] = 1.0 / set_threads[sorted_set[charged]]
-    units = np.stack([inp.n[rows][order] * inverse, inp.work[rows][order] * inverse])
-    member_set = set_of if wanted is None else np.where(wanted, set_of, -1)
-    dense_cost = len(np.unique(member_set[member_set >= 0])) * m
-    memberships = int(columns.sum(axis=1)[sorted_set[charged]].sum())
-    sums = _by_sets if dense_cost <= max(memberships, BLOCK) else _by_columns
-    return sums(member_set, sorted_set, charged, columns, column_threads, units, rank)
-
-
-def _by_sets(set_of, sorted_set, charged, columns, column_threads, units, rank):  # type: ignore[no-untyped-def]
-    """Per eligible set a: exclusive prefix sums of shared[a, set of j] x j's units, in queue order."""
-    m = len(set_of)
-    out = np.zeros((2, m))
-    weighted = columns * column_threads[None, :]
-    safe_set = np.maximum(sorted_set, 0)
-    members = np.flatnonzero(set_of >= 0)
-    by_set = members[np.argsort(set_of[members], kind="stable")]
-    active = np.unique(set_of[members])  # only sets with a request to answer
-    bounds = np.searchsorted(set_of[by_set], np.r_[active, len(columns)])
-    step = max(1, BLOCK // max(m, 1))
-    for first in range(0, len(active), step):
-        block = active[first : first + step]
-        # shared[a, s] = T(A_a & A_s): the threads set a's workers share with set s.
-        share = (weighted[block] @ columns.T.astype(np.float64))[:, safe_set] * charged[None, :]
-        who = by_set[bounds[first] : bounds[min(first + step, len(active))]]
-        local = np.searchsorted(block, set_of[who])
-        for k in range(2):
-            before = np.zeros((len(block), m + 1))
-            np.cumsum(share * units[k][None, :], axis=1, out=before[:, 1:])
-            out[k, who] = before[local, rank[who]]
+    # Requests behind the last one asked charge nobody who is asked.
+    order = order[: int(np.flatnonzero(asked[order])[-1]) + 1]
+    ranked = _RankedQueue(
+        set_of=set_of[order],
+        asked=np.flatnonzero(asked[order]),
+        units=_units(inp, rows[order], set_of[order] >= 0),
+        masks=masks,
+        threads=threads,
+    )
+    sums = _by_sets if _sets_cost(ranked) <= _blocks_cost(ranked) else _by_blocks
+    out[:, order[ranked.asked]] = sums(ranked)
     return out[0], out[1]
 
 
-def _by_columns(set_of, sorted_set, charged, columns, column_threads, units, rank):  # type: ignore[no-untyped-def]
-    """Per worker column c, over the (request, column) memberships only: Y_c(i) = the units of the
-    requests ahead of i whose set holds c; request i sums t_c x Y_c(i) over the columns of its set.
+@dataclass(frozen=True)
+class _RankedQueue:
+    """One queue in queue order up to its last asked request, as the summations read it."""
 
-    Cost: the memberships (requests x columns of their sets), a block of requests at a time in
-    queue order; each column's running sum carries from block to block.
+    set_of: np.ndarray  # each request's eligible set (-1: none, charged nothing)
+    asked: np.ndarray  # queue-order positions whose sums are wanted (each with a set)
+    units: np.ndarray  # (2, requests): jobs and work over T(A(j)), 0 where uncharged
+    masks: np.ndarray  # (sets, workers) boolean
+    threads: np.ndarray  # each worker's threads (float64)
+
+
+def _units(inp: ForecastInputs, rows: np.ndarray, charged: np.ndarray) -> np.ndarray:
+    """Each request's jobs and work divided by its eligible threads T(A(j)) (0 where uncharged)."""
+    inverse = np.zeros(len(rows))
+    inverse[charged] = 1.0 / inp.threads[rows[charged]]
+    return np.stack([inp.n[rows] * inverse, inp.work[rows] * inverse])
+
+
+def _sets_cost(q: _RankedQueue) -> float:
+    """Relative time of :func:`_by_sets` (element passes; a product's multiply-add is cheaper)."""
+    n_sets, width = q.masks.shape
+    asked_sets = len(np.unique(q.set_of[q.asked]))
+    return n_sets * width * (1.0 + PRODUCT_COST * asked_sets) + SETS_PASSES * len(q.asked) * n_sets
+
+
+def _blocks_cost(q: _RankedQueue) -> float:
+    """Relative time of :func:`_by_blocks`: the carry's pass over every row and the in-block products."""
+    width = q.masks.shape[1]
+    return len(q.set_of) * width + SMALL_PRODUCT_COST * len(q.asked) * _block_size(q) * width
+
+
+def _block_size(q: _RankedQueue) -> int:
+    """Requests per block: few asked requests make longer blocks (fewer calls per carry update)."""
+    spread = len(q.set_of) / max(len(q.asked), 1)
+    return int(np.clip(BLOCK_ROWS * np.sqrt(spread), BLOCK_ROWS, MAX_BLOCK_ROWS))
+
+
+def _by_sets(q: _RankedQueue) -> np.ndarray:
+    """Per set a: its units before each asked request times T(A_a & A(i)), summed over a.
+
+    shared[b, a] = T(A_b & A_a) for each asked set b and every set a is one
+    product (asked sets x sets x workers); the units of set a before each
+    asked request are a prefix over the gaps between asked requests.
     """
-    m = len(set_of)
-    out = np.zeros((2, m))
-    ranked = np.argsort(rank, kind="stable")[charged]  # charged rows, in queue order
-    ranked_set = sorted_set[charged]
-    unit = units[:, charged]
-    set_col, set_ptr = _set_columns(columns)
-    sizes = np.diff(set_ptr)
-    carry = np.zeros((2, columns.shape[1]))
-    per_request = max(1, int(sizes.mean())) if len(sizes) else 1
-    step = max(1, BLOCK // per_request)
-    for first in range(0, len(ranked), step):
-        rows = slice(first, min(first + step, len(ranked)))
-        k = ranked_set[rows]
-        count = sizes[k]
-        owner = np.repeat(np.arange(len(k)), count)  # membership -> request in the block (queue order)
-        column = set_col[np.repeat(set_ptr[k] - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))]
-        # Stable by column keeps queue order inside each column (a radix sort for small codes).
-        key = column.astype(np.uint16) if columns.shape[1] <= 1 << 16 else column
-        by_column = np.argsort(key, kind="stable")
-        owner, column = owner[by_column], column[by_column]
-        group_start = np.r_[0, np.flatnonzero(np.diff(column)) + 1]
-        run = np.diff(np.r_[group_start, len(owner)])
-        u = unit[:, rows][:, owner]
-        cum = np.cumsum(u, axis=1)
-        # Exclusive prefix within each column's run, plus what earlier blocks left in it.
-        before = cum - u - np.repeat(cum[:, group_start] - u[:, group_start], run, axis=1)
-        before += np.repeat(carry[:, column[group_start]], run, axis=1)
-        before *= np.repeat(column_threads[column[group_start]], run)[None, :]
-        for q in range(2):
-            out[q, ranked[rows]] += np.bincount(owner, weights=before[q], minlength=len(k))
-            carry[q, column[group_start]] += np.add.reduceat(u[q], group_start) if len(owner) else 0.0
-    return out[0], out[1]
+    asked_sets, asked_row = np.unique(q.set_of[q.asked], return_inverse=True)
+    shared = (q.masks[asked_sets] * q.threads) @ q.masks.T.astype(np.float64)
+    charged = np.flatnonzero(q.set_of >= 0)
+    # Request j counts for the asked requests after it: gap = how many asked are at or before j.
+    gap = np.searchsorted(q.asked, charged, side="right")
+    n_sets, n_asked = len(q.masks), len(q.asked)
+    out = np.zeros((2, n_asked))
+    step = max(1, BLOCK // max(n_sets, 1))
+    carry = np.zeros((2, n_sets))
+    for first in range(0, n_asked, step):
+        last = min(first + step, n_asked)
+        mine = slice(*np.searchsorted(gap, [first, last]))  # gap never decreases in queue order
+        # Set-major cells: the prefix over gaps runs along contiguous memory.
+        cell = q.set_of[charged[mine]] * (last - first) + (gap[mine] - first)
+        rows = shared[asked_row[first:last]]
+        for k in range(2):
+            before = np.bincount(cell, weights=q.units[k, charged[mine]], minlength=(last - first) * n_sets)
+            before = np.cumsum(before.reshape(n_sets, last - first), axis=1) + carry[k][:, None]
+            carry[k] = before[:, -1]
+            out[k, first:last] = np.einsum("ak,ka->k", before, rows)
+    return out
 
 
-def _set_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of a boolean (sets x columns) matrix: column indices and row pointers."""
-    rows, cols = np.nonzero(columns)
-    ptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=len(columns)))].astype(np.int64)
-    return cols.astype(np.int64), ptr
+def _by_blocks(q: _RankedQueue) -> np.ndarray:
+    """In queue order, a block of requests at a time: per worker, the units ahead whose set holds it
+    (a carry), and inside a block the exact products T(A(i) & A(j)) of the asked rows with the block.
+
+    Cost: the requests x workers (the carry) plus the asked x block size x workers.
+    """
+    n, n_asked = len(q.set_of), len(q.asked)
+    out = np.zeros((2, n_asked))
+    carry = np.zeros((q.masks.shape[1], 2))  # per worker: units ahead whose set holds it
+    size = _block_size(q)
+    safe_set = np.maximum(q.set_of, 0)
+    bounds = np.searchsorted(q.asked, np.arange(0, n + size, size))
+    for b, first in enumerate(range(0, n, size)):
+        last = min(first + size, n)
+        units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
+        block = q.masks[safe_set[first:last]].astype(np.float64)
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi > lo:
+            local = q.asked[lo:hi] - first
+            mine = block[local] * q.threads  # (asked in block, workers)
+            shared = mine @ block.T  # exact integers
+            shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
+            out[:, lo:hi] = (mine @ carry + shared @ units).T
+        carry += block.T @ units
+    return out
 
 
 def queue_of(gentype: int) -> str:
@@ -378,51 +408,37 @@ def queue_of(gentype: int) -> str:
     return "text" if gentype == TEXT else "image"
 
 
-def eligible_sets(
-    wk: Any, rq: Any, gentype: int, excluded: tuple[np.ndarray, np.ndarray], vocabulary_size: int, elig: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each request's eligible worker set (see :class:`GentypeQueue`), from one request per eligibility row.
+def eligible_sets(elig: Any, worker_threads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's eligible worker set (see :class:`GentypeQueue`), from the eligibility stage's rows.
 
-    The eligibility stage keeps sums per row (request group or special group),
-    not worker lists; one representative per row is evaluated again worker by
-    worker, so the sets come from the very same gates.
+    ``elig`` is the stage's :class:`~vecsched.core.eligibility.Eligibility`:
+    requests of one row share their eligible workers, which ``elig.row_words``
+    reads (packed) from the same tables and gates the sums came from. Sets are numbered
+    in the order of their packed rows; ``worker_threads`` are the gentype's
+    usable workers' threads.
     """
-    from vecsched.core.arrays import take_rows
-    from vecsched.core.eligibility import eligibility
-
     rows_used, first = np.unique(elig.row, return_index=True)
     reps = first[elig.threads[first] > 0]
-    worker_rows = np.flatnonzero(wk.usable & (wk.gentype == gentype))
     set_of = np.full(len(elig.row), -1, dtype=np.int64)
+    n_workers = len(worker_threads)
     if len(reps) == 0:
-        return set_of, np.zeros((0, len(worker_rows)), dtype=bool), wk.threads[worker_rows]
-    ex_workers, ex_requests = excluded
-    local = np.full(len(elig.row), -1, dtype=np.int64)
-    local[reps] = np.arange(len(reps))
-    keep = local[ex_requests] >= 0 if len(ex_requests) else np.zeros(0, dtype=bool)
-    again = eligibility(
-        wk, take_rows(rq, reps), gentype, (ex_workers[keep], local[ex_requests[keep]]),
-        vocabulary_size, with_competition=False, every_request_special=True,
-    )
-    rep_masks = again.eligible_workers[again.row - again.n_groups]
-    set_first, set_of_rep = unique_rows(pack_words(rep_masks))
+        return set_of, np.zeros((0, n_workers), dtype=bool), worker_threads
+    words = elig.row_words(elig.row[reps])
+    set_first, set_of_rep = unique_rows(words)
     set_of_row = np.full(int(rows_used.max()) + 1, -1, dtype=np.int64)
     set_of_row[elig.row[reps]] = set_of_rep.ravel()
     set_of = set_of_row[elig.row]
     set_of[elig.threads == 0] = -1
-    return set_of, rep_masks[set_first], wk.threads[worker_rows]
+    return set_of, unpack_words(words[set_first], n_workers), worker_threads
 
 
-def gentype_queue(
-    wk: Any, rq: Any, gentype: int, excluded: tuple[np.ndarray, np.ndarray], vocabulary_size: int,
-    elig: Any, rows: np.ndarray, mean_speed: float | None,
-) -> GentypeQueue:
+def gentype_queue(wk: Any, gentype: int, elig: Any, rows: np.ndarray, mean_speed: float | None) -> GentypeQueue:
     """The :class:`GentypeQueue` of one gentype; its eligible sets are built only if an estimator asks."""
     built: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def sets() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not built:
-            built.append(eligible_sets(wk, rq, gentype, excluded, vocabulary_size, elig))
+            built.append(eligible_sets(elig, wk.threads[wk.usable & (wk.gentype == gentype)]))
         return built[0]
 
     speed = float("nan") if mean_speed is None else float(mean_speed)

@@ -202,7 +202,7 @@ def _sqlite_epochs(values: list[Any]) -> np.ndarray:
 
 
 def _list_column(keys: list[Any], vals: list[Any], row_ids: np.ndarray) -> ListColumn:
-    """A list column from link rows in (key, position) order; unknown keys ignored."""
+    """A list column from link rows in position order within each key (keys in any order); unknown keys ignored."""
     n = len(row_ids)
     if not keys:
         return ListColumn(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=object))
@@ -211,9 +211,8 @@ def _list_column(keys: list[Any], vals: list[Any], row_ids: np.ndarray) -> ListC
     vals_arr[:] = vals
     known = owner >= 0
     owner, vals_arr = owner[known], vals_arr[known]
-    # The rows are ordered by key and position; a stable sort by row keeps
-    # the position order within each row (and costs nothing when the key
-    # order already is the row order).
+    # A stable sort by row keeps the position order within each row (and
+    # costs little when the key order already is the row order).
     order = np.argsort(owner, kind="stable")
     owner, vals_arr = owner[order], vals_arr[order]
     offsets = np.zeros(n + 1, dtype=np.int64)

@@ -168,10 +168,11 @@ class _PgFetch(_GenericFetch):
     def serial_plans(self) -> Iterator[None]:
         """No parallel plans in this transaction while the arrays are read.
 
-        The arrays keep the subquery's id order only if one process reads the
-        rows in that order; from PostgreSQL 16 on, array_agg may run as a
-        parallel aggregate, whose partial arrays are joined in whatever order
-        the workers finish. The previous setting is restored afterwards.
+        The arrays of one table keep one row order (the subquery's, by
+        position for link tables) only if one process reads the rows; from
+        PostgreSQL 16 on, array_agg may run as a parallel aggregate, whose
+        partial arrays are joined in whatever order the workers finish. The
+        previous setting is restored afterwards.
         """
         with self.raw.cursor() as cur:
             before = cur.execute(
@@ -237,10 +238,14 @@ class _PgFetch(_GenericFetch):
                 (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
                 for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
             ]
-            return self._ordered_aggregate(cols, list(table.primary_key.columns), where)
+            # No ORDER BY: the server sorting wide rows by text keys cost more than the whole
+            # aggregate; the rows are put in key order here (_in_key_order).
+            return self._ordered_aggregate(cols, [], where)
 
         row = self._row(f"main:{table.name}:{','.join(c.name for c in spec)}", build, params)
-        return [self._raw(col, value) for col, value in zip(spec, row)]
+        raws = [self._raw(col, value) for col, value in zip(spec, row)]
+        names = [renames.get(col.name, col.name) for col in spec]
+        return _in_key_order(raws, [names.index(c.name) for c in table.primary_key.columns])
 
     @staticmethod
     def _raw(col: Column, value: Any) -> _Raw:
@@ -270,9 +275,11 @@ class _PgFetch(_GenericFetch):
     ) -> tuple[list[Any], list[Any]]:
         row = self._row(
             f"link:{table.name}:{key}:{value}",
+            # Position order alone: the rows are grouped by key on the client (a stable integer
+            # sort), cheaper than the server sorting the text keys.
             lambda: self._ordered_aggregate(
                 [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])],
-                [table.c[key], table.c.position],
+                [table.c.position],
                 where,
             ),
             params,
@@ -296,3 +303,27 @@ class _PgFetch(_GenericFetch):
         if isinstance(row[0], _PgArray) or isinstance(row[1], _PgArray):
             raise _Fallback("excluded_pairs ids are not text")
         return row[0], row[1]
+
+
+def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
+    """The columns' rows sorted as ``ORDER BY`` the key columns ``raws[k]`` would under the C collation.
+
+    Text keys compare by code point (the byte order of UTF-8, as the C
+    collations of SQLite and PostgreSQL do), NULL keys last; a bad key cell
+    sorts by the text as read. Every column, its NULL mask and its error
+    masks follow the rows.
+    """
+    if not raws or len(raws[0].null) < 2:
+        return raws
+    sort_keys: list[np.ndarray] = []
+    for k in reversed(key):  # np.lexsort sorts by its last key first
+        raw = raws[k]
+        cells = raw.values if raw.cells is None else np.asarray(raw.cells, dtype=object)
+        if cells.dtype == object:
+            cells = np.where(raw.null, "", cells).astype(str)
+        sort_keys += [cells, raw.null] if raw.null.any() else [cells]
+    order = np.argsort(sort_keys[0], kind="stable") if len(sort_keys) == 1 else np.lexsort(sort_keys)
+    if (order[1:] > order[:-1]).all():
+        return raws
+    return [_Raw(r.values[order], r.null[order], [(mask[order], message) for mask, message in r.errors],
+                 None if r.cells is None else [r.cells[i] for i in order]) for r in raws]
