@@ -7,6 +7,7 @@ band and outcome: share within max(60 s, 50%), median signed error
 (p50 - observed: negative = too early), 90th percentile of |error|.
 
     PYTHONPATH=$PWD python -m benchmarks.replay_where steady --minutes 5 --seed 0 [--gentype image] [--csv F]
+        [--set measured_timing=True ...]
 """
 
 from __future__ import annotations
@@ -21,13 +22,24 @@ BANDS = [0, 60, 300, 900, np.inf]
 THREAD_BANDS = [-1, 0, 4, 20, np.inf]
 
 
-def first_sightings(name: str, minutes: float, seed: int) -> pd.DataFrame:
+def settings_from(pairs: Sequence[str]) -> Any:
+    """ReplaySettings with ``key=value`` overrides (values as Python literals)."""
+    import ast
+    from dataclasses import replace
+
+    from vecsched.core.replay import ReplaySettings
+
+    return replace(ReplaySettings(), **{k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in pairs)})
+
+
+def first_sightings(name: str, minutes: float, seed: int, settings: Any = None) -> pd.DataFrame:
     """One row per request at its first sighting, with its replay forecast and what then happened."""
-    from vecsched.core.replay import NAME, enable
+    from vecsched.core.forecasts import register
+    from vecsched.core.replay import NAME, DispatchReplayV1, ReplaySettings
     from vecsched.simulate.accuracy import run
     from vecsched.snapshot.schema import GENTYPES
 
-    enable()
+    register(DispatchReplayV1(settings=settings or ReplaySettings()))
     rows: list[pd.DataFrame] = []
     seen: set[str] = set()
 
@@ -45,6 +57,8 @@ def first_sightings(name: str, minutes: float, seed: int) -> pd.DataFrame:
             "threads": cols["eligible_worker_threads"][new], "adr": cols["wait_time"][new],
             "position": cols["queue_position"][new],
             "age": snapshot.now - snapshot.requests.created[est.request_index[new]],
+            "priority": snapshot.requests.extra_priority[est.request_index[new]],
+            "n": cols["n"][new] if "n" in cols else np.nan,
         })
         seen.update(frame["id"].tolist())
         rows.append(frame)
@@ -100,8 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gentype", action="append")
     parser.add_argument("--csv")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a ReplaySettings field")
     args = parser.parse_args(argv)
-    df = first_sightings(args.scenario, args.minutes, args.seed)
+    df = first_sightings(args.scenario, args.minutes, args.seed, settings_from(args.set))
     if args.csv:
         df.to_csv(args.csv, index=False)
     for g in args.gentype or sorted(df["gentype"].unique()):

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import vecsched
 from vecsched import reference as R
@@ -17,7 +18,7 @@ from vecsched.core import forecasts as F
 from vecsched.core import replay as RP
 from vecsched.core.calibration import calibrated_p90, conformal_quantile
 from vecsched.snapshot.schema import IMAGE, TEXT
-from vecsched.testing.strategies import hordes
+from vecsched.testing.strategies import histories, hordes
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -188,10 +189,44 @@ def _seconds(output: float, speed: float) -> float:
     return output / speed if speed > 0 else math.inf
 
 
+def _reference_timing(snapshot, workers, speed, gentype, s):  # type: ignore[no-untyped-def]
+    """Speeds giving each worker's measured job durations, and the mean pop gap (ReplaySettings.measured_timing)."""
+    code = TEXT if gentype == "text" else IMAGE
+    returned = {c["dispatch_id"]: c["returned_at"] for c in R.event_rows(snapshot, "capacity_returns")}
+    index = {w["id"]: k for k, w in enumerate(workers)}
+    rows = [d for d in R.event_rows(snapshot, "dispatches") if d["worker_id"] in index]
+    jobs = []  # (worker, seconds, nominal seconds, returned at)
+    for d in rows:
+        k = index[d["worker_id"]]
+        if d["dispatch_id"] in returned and speed[k] > 0:
+            seconds = returned[d["dispatch_id"]] - d["dispatched_at"]
+            nominal = d["assigned_work"] * (1.0 if code == TEXT else 1e6) / speed[k]
+            if seconds > 0 and nominal > 0:
+                jobs.append((k, seconds, nominal, returned[d["dispatch_id"]]))
+    if code not in s.measured_timing or not jobs:
+        return speed, s.overhead
+    pooled = sum(j[1] for j in jobs) / sum(j[2] for j in jobs)
+    out = []
+    for k, v in enumerate(speed):
+        mine = [j for j in jobs if j[0] == k]
+        prior = s.prior_jobs * (sum(j[2] for j in mine) / len(mine) if mine else 1.0)
+        out.append(v / ((sum(j[1] for j in mine) + prior * pooled) / (sum(j[2] for j in mine) + prior)))
+    gaps = []
+    for k, _, _, back in jobs:
+        later = [d["dispatched_at"] - back for d in rows if index[d["worker_id"]] == k and d["dispatched_at"] >= back]
+        if later and min(later) <= s.gap_cap:
+            gaps.append(min(later))
+    return out, (sum(gaps) / len(gaps) if gaps else s.overhead)
+
+
 def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s):  # type: ignore[no-untyped-def]
     now = p.now
     index = {w["id"]: k for k, w in enumerate(workers)}
-    speed = [R.effective_speed(w) for w in workers]
+    speed, overhead = _reference_timing(snapshot, workers, [R.effective_speed(w) for w in workers],
+                                        workers[0]["gentype"] if workers else "text", s)
+    # A worker silent for longer than absent_after has left: it takes nothing.
+    threads = [0 if s.absent_after is not None and now - w["last_check_in"] > s.absent_after else w["threads"]
+               for w in workers]
     favoured: dict[str, tuple[float, list[str]]] = {}
     for d in R.event_rows(snapshot, "dispatches"):
         if d["worker_id"] not in favoured or d["dispatched_at"] >= favoured[d["worker_id"]][0]:
@@ -200,8 +235,8 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
     for k, w in enumerate(workers):
         busy = sorted(max(0.0, _seconds(R.job_output(p.request_by_id[j["request_id"]]), speed[k]) - (now - j["started"]))
                       for j in p.jobs if j["worker_id"] == w["id"] and j["state"] == "processing"
-                      and j["request_id"] in p.request_by_id)[: w["threads"]]
-        heap += [(t, k) for t in busy] + [(0.0, k)] * max(0, w["threads"] - len(busy))
+                      and j["request_id"] in p.request_by_id)[: threads[k]]
+        heap += [(t, k) for t in busy] + [(0.0, k)] * max(0, threads[k] - len(busy))
     heapq.heapify(heap)
     left = [e[2] for e in entries]
     start, done = [None] * len(entries), [-1.0] * len(entries)
@@ -224,7 +259,7 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
         finish = t + (R.job_output(entries[pick][1]) / speed[k] if speed[k] > 0 else math.inf)
         done[pick] = max(done[pick], finish)
         left[pick] -= 1
-        heapq.heappush(heap, (finish + s.overhead, k))
+        heapq.heappush(heap, (finish + overhead, k))
     out = {}
     for j, e in enumerate(entries):
         if e[0][3] == math.inf:
@@ -268,6 +303,15 @@ def test_replay_equals_the_scalar_replay(doc: dict) -> None:
 def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> None:
     note(json.dumps(doc))
     _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+
+
+@REPLAYS
+@given(data=st.data())
+def test_measured_timing_and_absent_workers_equal_the_scalar_replay(data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    measured_timing=(TEXT, IMAGE), absent_after=120.0, gap_cap=10.0))
 
 
 @pytest.fixture
