@@ -115,6 +115,29 @@ def test_a_request_that_expires_unstarted_is_a_stall_and_frees_its_turn() -> Non
     assert got["r2"]["start_p50"] == 10.0 and not got["r2"]["predicted_stall"]
 
 
+def test_a_request_cancelled_ahead_frees_its_place_and_keeps_its_own_forecast() -> None:
+    # At 0.01 cancellations per second, the three leave at 96.2, 26.9 and 192.5 s (RP.leave_times).
+    # A takes r1 at 0 (100 s); at 100 s r2 has been cancelled: it would have started then, and
+    # r3 starts at 100 s instead of 200 s.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("r1", ["m"], 30), _request("r2", ["m"], 20), _request("r3", ["m"], 10)])
+    plain = _replay(doc)
+    assert [plain[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 200.0]
+    got = _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.01, 0.0)))
+    assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 100.0]
+    assert not any(got[r]["predicted_stall"] for r in got)
+    assert got["r3"]["completion_p50"] == 200.0 and got["r2"]["completion_p50"] >= 100.0
+    # Image's hazard does not touch text; the calibration's hazard replaces the setting.
+    assert _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.0, 0.01))) == plain
+    original = F.ESTIMATORS[RP.NAME]
+    F.register(RP.DispatchReplayV1(settings=RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)))
+    try:
+        est = vecsched.estimate(vecsched.load_snapshot(doc), calibration={RP.NAME: {"cancel_hazard": [0.01, 0.0]}})
+    finally:
+        F.register(original)
+    assert est.forecasts[RP.NAME].start_p50.tolist() == [got[r]["start_p50"] for r in est.request_id]
+
+
 def test_no_eligible_thread_is_unknown_and_a_stall() -> None:
     got = _replay(_doc([_worker("A", ["m"])], [_request("r", ["other"], 10)]))
     assert got["r"]["start_p50"] is None and got["r"]["completion_p50"] is None and got["r"]["predicted_stall"]
@@ -189,6 +212,16 @@ def _seconds(output: float, speed: float) -> float:
     return output / speed if speed > 0 else math.inf
 
 
+def _reference_leave(entries, hazard):  # type: ignore[no-untyped-def]
+    """When each entry (in queue order) is cancelled: the k-th takes the k-th golden-ratio quantile."""
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    out = []
+    for k, e in enumerate(entries):
+        u = ((k + 1) * golden) % 1.0
+        out.append(math.inf if hazard <= 0 or math.isinf(e[4]) else e[3] - math.log(1.0 - u) / hazard)
+    return out
+
+
 def _reference_timing(snapshot, workers, speed, gentype, s):  # type: ignore[no-untyped-def]
     """Speeds giving each worker's measured job durations, and the mean pop gap (ReplaySettings.measured_timing)."""
     code = TEXT if gentype == "text" else IMAGE
@@ -240,17 +273,23 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
     heapq.heapify(heap)
     left = [e[2] for e in entries]
     start, done = [None] * len(entries), [-1.0] * len(entries)
+    leave = _reference_leave(entries, s.cancel_hazard[0 if workers[0]["gentype"] == "text" else 1] if workers else 0.0)
+    gone = [False] * len(entries)  # cancelled in the replay: start is when a thread reached it
     arrivals = sorted(e[3] for e in entries)
     while heap:
         t, k = heapq.heappop(heap)
         if t > horizon:
             break
         wid = workers[k]["id"]
-        ok = [j for j, e in enumerate(entries) if left[j] > 0 and e[3] <= t and wid in eligible[e[1]["id"]]
-              and (start[j] is not None or e[4] > t)]
         users = favoured.get(wid, ("", []))[1]
-        mine = [j for j in ok if entries[j][1]["user_id"] in users]
-        pick = (mine or ok or [None])[0]
+        while True:
+            ok = [j for j, e in enumerate(entries) if left[j] > 0 and e[3] <= t and wid in eligible[e[1]["id"]]
+                  and (start[j] is not None or e[4] > t) and not gone[j]]
+            mine = [j for j in ok if entries[j][1]["user_id"] in users]
+            pick = (mine or ok or [None])[0]
+            if pick is None or start[pick] is not None or leave[pick] > t:
+                break
+            gone[pick], start[pick], left[pick] = True, t, 0
         if pick is None:
             later = [a for a in arrivals if a > t]
             heapq.heappush(heap, (max(t + s.poll, later[0]) if later else t + s.poll, k))
@@ -265,7 +304,8 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
         if e[0][3] == math.inf:
             continue
         rid = e[1]["id"]
-        out[rid] = {"start": 0.0 if rid in started else start[j], "done": done[j] if left[j] == 0 else None,
+        out[rid] = {"start": 0.0 if rid in started else start[j],
+                    "done": done[j] if left[j] == 0 and not gone[j] else None,
                     "inflight": R.in_flight_part(e[1], p),
                     "stall": rid not in started and (start[j] is None or not eligible[rid])}
     return out
@@ -314,6 +354,14 @@ def test_measured_timing_and_absent_workers_equal_the_scalar_replay(data: st.Dat
                                                     measured_timing=(TEXT, IMAGE), absent_after=120.0, gap_cap=10.0))
 
 
+@REPLAYS
+@given(doc=hordes(max_workers=5, max_requests=10))
+def test_cancellations_equal_the_scalar_replay(doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
 @pytest.fixture
 def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every replay runs the numba-compiled loop (small ones run interpreted by default)."""
@@ -328,7 +376,8 @@ def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
 @given(doc=hordes(max_workers=5, max_requests=10))
 def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
 
 
 # -- calibrated p90 ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ See docs/replay.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -60,15 +60,21 @@ class ReplaySettings:
     is taken to have left (the horde counts it online for five minutes; a
     present worker checks in at least every minute); None: every online
     worker stays for the whole horizon.
+    ``cancel_hazard``: per gentype code, the share of waiting requests whose
+    users cancel them per second of waiting (:func:`leave_times`); the
+    calibration's ``cancel_hazard`` (learned from the pairs) replaces it. A
+    request cancelled in the replay frees its place for those behind it; its
+    own forecast is the one of staying (its start: when a thread reached it).
     """
 
-    arrival_window: float = 300.0
+    arrival_window: float = 150.0
     aging_per_second: float = 5.0
     poll: float = 3.0
     overhead: float = 1.0
     max_horizon: float = 3600.0
     served_arrivals: tuple[int, ...] = (IMAGE,)
     measured_timing: tuple[int, ...] = (IMAGE,)
+    cancel_hazard: tuple[float, ...] = (0.0, 0.0)
     absent_after: float | None = 120.0
     prior_jobs: float = 3.0
     gap_cap: float = 10.0
@@ -214,6 +220,32 @@ class _Queue:
     output: np.ndarray
     arrival: np.ndarray
     deadline: np.ndarray
+    leave: np.ndarray  # when its user cancels it if nothing of it has started (inf: never)
+
+
+GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def leave_times(arrival: np.ndarray, deadline: np.ndarray, hazard: float) -> np.ndarray:
+    """When each numbered request is cancelled, at a constant ``hazard`` per second of waiting (inf: never).
+
+    Deterministic: the k-th request in queue order draws the k-th point of the
+    golden-ratio sequence as its quantile of the exponential, so the replay
+    stays a pure function of its input and its cancellations are spread evenly
+    over every part of the queue. A request already started (infinite
+    deadline) is never cancelled.
+
+    Examples
+    --------
+    >>> leave_times(np.zeros(3), np.array([10.0, np.inf, 10.0]), 0.01).round(1).tolist()
+    [96.2, inf, 192.5]
+    >>> leave_times(np.zeros(2), np.ones(2), 0.0).tolist()
+    [inf, inf]
+    """
+    if hazard <= 0 or len(arrival) == 0:
+        return np.full(len(arrival), np.inf)
+    u = np.modf((np.arange(len(arrival)) + 1) * GOLDEN)[0]
+    return np.where(np.isinf(deadline), np.inf, arrival - np.log1p(-u) / hazard)
 
 
 def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, horizon: float) -> tuple[np.ndarray, ...]:
@@ -304,6 +336,8 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
         "deadline": np.concatenate([deadline, shift - age[template] + life, served["deadline"]]),
     }
     numbered = {name: col[order] for name, col in columns.items()}
+    hazard = settings.cancel_hazard[queue.gentype] if queue.gentype < len(settings.cancel_hazard) else 0.0
+    numbered["leave"] = leave_times(numbered["arrival"], numbered["deadline"], hazard)
     return _Queue(rank_of_row=rank[: len(rows)], user_names=np.asarray(user_names, dtype=object), **numbered)
 
 
@@ -380,9 +414,9 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
-    start, done, turn, left = loop_for(len(q.jobs))(
+    start, done, turn, left, gave_up = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
-        q.jobs, q.output, q.arrival, q.deadline, horizon, settings.poll, overhead)
+        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead)
     k = q.rank_of_row
     s, c = start[k], done[k]
     never = s < 0
@@ -394,7 +428,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     c = np.where(never | (left[k] > 0), np.maximum(c, rough), c)
     c = np.maximum(c, inp.inflight[rows])
     s = np.where(started, 0.0, s)
-    stall = ~started & (never | ~reachable)
+    # Cancelled in the replay: not a stall; its start is when a thread reached it.
+    stall = ~started & ((never & ~gave_up[k]) | ~reachable)
     s[~reachable & ~started] = np.nan
     c[~reachable & ~(inp.inflight[rows] > 0)] = np.nan
     return ReplayResult(start=s, completion=c, stall=stall)
@@ -434,10 +469,14 @@ class DispatchReplayV1:
         snap_rows = waiting_rows(snapshot)
         if len(snap_rows) != n:
             raise ValueError(f"{NAME}: {n} forecast rows but {len(snap_rows)} waiting requests in the snapshot")
+        settings = self.settings
+        hazard = (calibration or {}).get("cancel_hazard")
+        if hazard is not None:  # learned from the pairs: it replaces the setting
+            settings = replace(settings, cancel_hazard=tuple(float(h) for h in hazard))
         for queue in inp.queues:
             if len(queue.rows) == 0:
                 continue
-            result = replay_gentype(snapshot, inp, queue, snap_rows, self.settings)
+            result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
             start[queue.rows], completion[queue.rows], stall[queue.rows] = result.start, result.completion, result.stall
         known = ~np.isnan(start)
         p90 = {}
