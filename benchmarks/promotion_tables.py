@@ -1,6 +1,10 @@
 """Markdown tables of ``vecsched simulate all ... -o DIR`` promotion files (docs/accuracy.md).
 
     python benchmarks/promotion_tables.py DIR
+
+One row per ``DIR/*/promotion.json`` (a scenario of ``simulate all``, or a
+seed of ``python -m vecsched.simulate.replay_scoring ... -o DIR``), every
+estimator the files hold side by side.
 """
 
 from __future__ import annotations
@@ -9,7 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ("adr-wait", "horde-wide", "compatible-queue-v1", "eligible-share-v1")
+ORDER = ("adr-wait", "horde-wide", "compatible-queue-v1", "eligible-share-v1", "dispatch-replay-v1",
+         "dispatch-replay-v1+conformal")
+SCORED_ONLY = 2  # the first ORDER entries forecast no stall
 
 
 def _pct(v):
@@ -21,36 +27,46 @@ def _sec(v):
 
 
 def tables(root: Path) -> str:
-    series = ["| scenario | gentype | series | pairs | expired | cancelled | "
-              + " | ".join(f"{n} within / p90 err (s) / cover" for n in ORDER) + " |",
-              "|" + "---|" * (6 + len(ORDER))]
-    stalls = ["| scenario | gentype | predictions | stalls | "
-              + " | ".join(f"{n} precision / recall / FPR" for n in ORDER[2:]) + " |",
-              "|" + "---|" * (4 + 2)]
-    seeds = None
-    for path in sorted(root.glob("*/promotion.json")):
+    paths = sorted(root.glob("*/promotion.json"), key=lambda p: _natural(p.parent.name))
+    held = set.intersection(*(set(json.loads(p.read_text())["estimators"]) for p in paths)) if paths else set()
+    order = [n for n in ORDER if n in held]
+    series = ["| run | gentype | series | pairs | expired | cancelled | "
+              + " | ".join(f"{n} within / p90 err (s) / cover" for n in order) + " |",
+              "|" + "---|" * (6 + len(order))]
+    stalling = [n for n in order if n not in ORDER[:SCORED_ONLY]]
+    stalls = ["| run | gentype | predictions | stalls | "
+              + " | ".join(f"{n} precision / recall / FPR" for n in stalling) + " |",
+              "|" + "---|" * (4 + len(stalling))]
+    seeds = []
+    for path in paths:
         doc = json.loads(path.read_text())
-        seeds = doc.get("seeds")
+        seeds += [s for s in doc.get("seeds") or [] if s not in seeds]
         name = path.parent.name
         est = doc["estimators"]
         for g in ("text", "image"):
-            first = est[ORDER[-1]][g]
+            first = est["eligible-share-v1" if "eligible-share-v1" in est else order[-1]][g]
             if first["start"]["pairs"] == 0 and first["stall"]["predictions"] == 0:
                 continue
             for ph in ("start", "completion"):
                 s0 = first[ph]
                 cells = [name, g, ph, str(s0["pairs"]), _pct(s0["expired_share"]), _pct(s0["cancelled_share"])]
-                for n in ORDER:
+                for n in order:
                     s = est[n][g][ph]
                     cells.append(f"{_pct(s['within_tolerance'])} / {_sec(s['p90_abs_error'])} / {_pct(s['p90_coverage'])}")
                 series.append("| " + " | ".join(cells) + " |")
             st = first["stall"]
             cells = [name, g, str(st["predictions"]), str(st["stalls"])]
-            for n in ORDER[2:]:
+            for n in stalling:
                 s = est[n][g]["stall"]
                 cells.append(f"{_pct(s['precision'])} / {_pct(s['recall'])} / {_pct(s['false_positive_rate'])}")
             stalls.append("| " + " | ".join(cells) + " |")
-    return f"Seeds pooled: {seeds}\n\n" + "\n".join(series) + "\n\n" + "\n".join(stalls) + "\n"
+    return f"Seeds: {seeds}\n\n" + "\n".join(series) + "\n\n" + "\n".join(stalls) + "\n"
+
+
+def _natural(name: str) -> tuple:
+    """``seed-5`` before ``seed-11``; other names alphabetically."""
+    head, _, tail = name.rpartition("-")
+    return (head, int(tail), "") if tail.isdigit() else (name, -1, name)
 
 
 if __name__ == "__main__":

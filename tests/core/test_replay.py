@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import vecsched
 from vecsched import reference as R
@@ -17,7 +18,7 @@ from vecsched.core import forecasts as F
 from vecsched.core import replay as RP
 from vecsched.core.calibration import calibrated_p90, conformal_quantile
 from vecsched.snapshot.schema import IMAGE, TEXT
-from vecsched.testing.strategies import hordes
+from vecsched.testing.strategies import histories, hordes
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -114,6 +115,29 @@ def test_a_request_that_expires_unstarted_is_a_stall_and_frees_its_turn() -> Non
     assert got["r2"]["start_p50"] == 10.0 and not got["r2"]["predicted_stall"]
 
 
+def test_a_request_cancelled_ahead_frees_its_place_and_keeps_its_own_forecast() -> None:
+    # At 0.01 cancellations per second, the three leave at 96.2, 26.9 and 192.5 s (RP.leave_times).
+    # A takes r1 at 0 (100 s); at 100 s r2 has been cancelled: it would have started then, and
+    # r3 starts at 100 s instead of 200 s.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("r1", ["m"], 30), _request("r2", ["m"], 20), _request("r3", ["m"], 10)])
+    plain = _replay(doc)
+    assert [plain[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 200.0]
+    got = _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.01, 0.0)))
+    assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 100.0]
+    assert not any(got[r]["predicted_stall"] for r in got)
+    assert got["r3"]["completion_p50"] == 200.0 and got["r2"]["completion_p50"] >= 100.0
+    # Image's hazard does not touch text; the calibration's hazard replaces the setting.
+    assert _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.0, 0.01))) == plain
+    original = F.ESTIMATORS[RP.NAME]
+    F.register(RP.DispatchReplayV1(settings=RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)))
+    try:
+        est = vecsched.estimate(vecsched.load_snapshot(doc), calibration={RP.NAME: {"cancel_hazard": [0.01, 0.0]}})
+    finally:
+        F.register(original)
+    assert est.forecasts[RP.NAME].start_p50.tolist() == [got[r]["start_p50"] for r in est.request_id]
+
+
 def test_no_eligible_thread_is_unknown_and_a_stall() -> None:
     got = _replay(_doc([_worker("A", ["m"])], [_request("r", ["other"], 10)]))
     assert got["r"]["start_p50"] is None and got["r"]["completion_p50"] is None and got["r"]["predicted_stall"]
@@ -188,10 +212,54 @@ def _seconds(output: float, speed: float) -> float:
     return output / speed if speed > 0 else math.inf
 
 
+def _reference_leave(entries, hazard):  # type: ignore[no-untyped-def]
+    """When each entry (in queue order) is cancelled: the k-th takes the k-th golden-ratio quantile."""
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    out = []
+    for k, e in enumerate(entries):
+        u = ((k + 1) * golden) % 1.0
+        out.append(math.inf if hazard <= 0 or math.isinf(e[4]) else e[3] - math.log(1.0 - u) / hazard)
+    return out
+
+
+def _reference_timing(snapshot, workers, speed, gentype, s):  # type: ignore[no-untyped-def]
+    """Speeds giving each worker's measured job durations, and the mean pop gap (ReplaySettings.measured_timing)."""
+    code = TEXT if gentype == "text" else IMAGE
+    returned = {c["dispatch_id"]: c["returned_at"] for c in R.event_rows(snapshot, "capacity_returns")}
+    index = {w["id"]: k for k, w in enumerate(workers)}
+    rows = [d for d in R.event_rows(snapshot, "dispatches") if d["worker_id"] in index]
+    jobs = []  # (worker, seconds, nominal seconds, returned at)
+    for d in rows:
+        k = index[d["worker_id"]]
+        if d["dispatch_id"] in returned and speed[k] > 0:
+            seconds = returned[d["dispatch_id"]] - d["dispatched_at"]
+            nominal = d["assigned_work"] * (1.0 if code == TEXT else 1e6) / speed[k]
+            if seconds > 0 and nominal > 0:
+                jobs.append((k, seconds, nominal, returned[d["dispatch_id"]]))
+    if code not in s.measured_timing or not jobs:
+        return speed, s.overhead
+    pooled = sum(j[1] for j in jobs) / sum(j[2] for j in jobs)
+    out = []
+    for k, v in enumerate(speed):
+        mine = [j for j in jobs if j[0] == k]
+        prior = s.prior_jobs * (sum(j[2] for j in mine) / len(mine) if mine else 1.0)
+        out.append(v / ((sum(j[1] for j in mine) + prior * pooled) / (sum(j[2] for j in mine) + prior)))
+    gaps = []
+    for k, _, _, back in jobs:
+        later = [d["dispatched_at"] - back for d in rows if index[d["worker_id"]] == k and d["dispatched_at"] >= back]
+        if later and min(later) <= s.gap_cap:
+            gaps.append(min(later))
+    return out, (sum(gaps) / len(gaps) if gaps else s.overhead)
+
+
 def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s):  # type: ignore[no-untyped-def]
     now = p.now
     index = {w["id"]: k for k, w in enumerate(workers)}
-    speed = [R.effective_speed(w) for w in workers]
+    speed, overhead = _reference_timing(snapshot, workers, [R.effective_speed(w) for w in workers],
+                                        workers[0]["gentype"] if workers else "text", s)
+    # A worker silent for longer than absent_after has left: it takes nothing.
+    threads = [0 if s.absent_after is not None and now - w["last_check_in"] > s.absent_after else w["threads"]
+               for w in workers]
     favoured: dict[str, tuple[float, list[str]]] = {}
     for d in R.event_rows(snapshot, "dispatches"):
         if d["worker_id"] not in favoured or d["dispatched_at"] >= favoured[d["worker_id"]][0]:
@@ -200,22 +268,28 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
     for k, w in enumerate(workers):
         busy = sorted(max(0.0, _seconds(R.job_output(p.request_by_id[j["request_id"]]), speed[k]) - (now - j["started"]))
                       for j in p.jobs if j["worker_id"] == w["id"] and j["state"] == "processing"
-                      and j["request_id"] in p.request_by_id)[: w["threads"]]
-        heap += [(t, k) for t in busy] + [(0.0, k)] * max(0, w["threads"] - len(busy))
+                      and j["request_id"] in p.request_by_id)[: threads[k]]
+        heap += [(t, k) for t in busy] + [(0.0, k)] * max(0, threads[k] - len(busy))
     heapq.heapify(heap)
     left = [e[2] for e in entries]
     start, done = [None] * len(entries), [-1.0] * len(entries)
+    leave = _reference_leave(entries, s.cancel_hazard[0 if workers[0]["gentype"] == "text" else 1] if workers else 0.0)
+    gone = [False] * len(entries)  # cancelled in the replay: start is when a thread reached it
     arrivals = sorted(e[3] for e in entries)
     while heap:
         t, k = heapq.heappop(heap)
         if t > horizon:
             break
         wid = workers[k]["id"]
-        ok = [j for j, e in enumerate(entries) if left[j] > 0 and e[3] <= t and wid in eligible[e[1]["id"]]
-              and (start[j] is not None or e[4] > t)]
         users = favoured.get(wid, ("", []))[1]
-        mine = [j for j in ok if entries[j][1]["user_id"] in users]
-        pick = (mine or ok or [None])[0]
+        while True:
+            ok = [j for j, e in enumerate(entries) if left[j] > 0 and e[3] <= t and wid in eligible[e[1]["id"]]
+                  and (start[j] is not None or e[4] > t) and not gone[j]]
+            mine = [j for j in ok if entries[j][1]["user_id"] in users]
+            pick = (mine or ok or [None])[0]
+            if pick is None or start[pick] is not None or leave[pick] > t:
+                break
+            gone[pick], start[pick], left[pick] = True, t, 0
         if pick is None:
             later = [a for a in arrivals if a > t]
             heapq.heappush(heap, (max(t + s.poll, later[0]) if later else t + s.poll, k))
@@ -224,13 +298,14 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
         finish = t + (R.job_output(entries[pick][1]) / speed[k] if speed[k] > 0 else math.inf)
         done[pick] = max(done[pick], finish)
         left[pick] -= 1
-        heapq.heappush(heap, (finish + s.overhead, k))
+        heapq.heappush(heap, (finish + overhead, k))
     out = {}
     for j, e in enumerate(entries):
         if e[0][3] == math.inf:
             continue
         rid = e[1]["id"]
-        out[rid] = {"start": 0.0 if rid in started else start[j], "done": done[j] if left[j] == 0 else None,
+        out[rid] = {"start": 0.0 if rid in started else start[j],
+                    "done": done[j] if left[j] == 0 and not gone[j] else None,
                     "inflight": R.in_flight_part(e[1], p),
                     "stall": rid not in started and (start[j] is None or not eligible[rid])}
     return out
@@ -270,6 +345,23 @@ def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> No
     _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
 
 
+@REPLAYS
+@given(data=st.data())
+def test_measured_timing_and_absent_workers_equal_the_scalar_replay(data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    measured_timing=(TEXT, IMAGE), absent_after=120.0, gap_cap=10.0))
+
+
+@REPLAYS
+@given(doc=hordes(max_workers=5, max_requests=10))
+def test_cancellations_equal_the_scalar_replay(doc: dict) -> None:
+    note(json.dumps(doc))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
 @pytest.fixture
 def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every replay runs the numba-compiled loop (small ones run interpreted by default)."""
@@ -284,7 +376,8 @@ def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
 @given(doc=hordes(max_workers=5, max_requests=10))
 def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
 
 
 # -- calibrated p90 ---------------------------------------------------------------------------

@@ -16,7 +16,9 @@ then to the gentype and phase, then to SPEC section 8's provisional margin.
 ``gentype`` as codes or ``"text"``/``"image"``, ``phase`` ``"start"`` or
 ``"completion"``, seconds as numbers, ``threads`` the eligible threads at the
 forecast (0: fallback; without it, cells are p50 bands only).
-:func:`from_pairs` builds it from the service's validated pairs.
+:func:`from_pairs` builds it from the service's validated pairs, and adds
+``cancel_hazard`` (per gentype code, :func:`cancel_hazards`), which
+dispatch-replay-v1 uses in place of its setting.
 """
 
 from __future__ import annotations
@@ -121,6 +123,55 @@ def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level):
         out[at] = p50[at] + max(q, 0.0)
 
 
+MIN_CANCELLED = 20
+"""Cancellations a gentype needs in the window before its hazard is learned (else 0: none modelled)."""
+
+
+def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[float]:
+    """Per gentype code, cancellations per second of waiting unstarted, from an estimator's pairs.
+
+    Each forecast request waits unstarted from its forecast (``forecast``
+    pair) to its first start, expiry or cancellation (``start``, ``stall``,
+    ``cancelled`` pairs), or to the last pair of the window if none came yet.
+    The hazard is the cancellations before any start over that exposure.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as P
+    >>> pairs = [P(request_id=r, gentype="text", phase="forecast", at=0.0) for r in "abc"]
+    >>> pairs += [P(request_id="a", gentype="text", phase="start", at=100.0),
+    ...           P(request_id="b", gentype="text", phase="cancelled", at=50.0),
+    ...           P(request_id="z", gentype="text", phase="start", at=150.0)]
+    >>> cancel_hazards(pairs, min_cancelled=1)   # 1 cancellation over 100 + 50 + 150 s
+    [0.0033333333333333335, 0.0]
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame([(p.request_id, p.gentype, p.phase, p.at) for p in pairs],
+                         columns=["request_id", "gentype", "phase", "at"])
+    out = [0.0, 0.0]
+    if frame.empty:
+        return out
+    end = frame["at"].max()
+    first = frame.pivot_table(index="request_id", columns="phase", values="at", aggfunc="min")
+    if "forecast" not in first:
+        return out
+    gentype = frame.drop_duplicates("request_id").set_index("request_id")["gentype"].reindex(first.index)
+    at0 = first["forecast"]
+    ends = [first[c] for c in ("start", "stall", "cancelled") if c in first]
+    stop = pd.concat(ends, axis=1).min(axis=1).fillna(end) if ends else pd.Series(end, index=first.index)
+    cancel = first["cancelled"] if "cancelled" in first else pd.Series(np.nan, index=first.index)
+    start = first["start"] if "start" in first else pd.Series(np.nan, index=first.index)
+    cancelled_first = cancel.notna() & ~(start <= cancel)
+    exposure = (stop - at0).clip(lower=0.0)
+    for code, name in ((TEXT, "text"), (IMAGE, "image")):
+        mine = at0.notna() & (gentype == name)
+        count, seconds = int(cancelled_first[mine].sum()), float(exposure[mine].sum())
+        if count >= min_cancelled and seconds > 0:
+            out[code] = count / seconds
+    return out
+
+
 def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     """The ``calibration`` mapping from validated pairs (objects with gentype, phase, p50, observed).
 
@@ -134,6 +185,7 @@ def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     >>> c["pairs"]["observed"].tolist(), c["min_pairs"]
     ([12.0], 1)
     """
+    pairs = list(pairs)
     kept = [p for p in pairs if p.phase in ("start", "completion") and p.p50 is not None]
     columns = {
         "gentype": np.array([p.gentype for p in kept], dtype=object),
@@ -141,4 +193,10 @@ def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
         "p50": np.array([p.p50 for p in kept], dtype=np.float64),
         "observed": np.array([p.observed for p in kept], dtype=np.float64),
     }
-    return {"pairs": columns, **options}
+    hazard = options.pop("cancel_hazard", None)
+    if hazard is None and all(hasattr(p, "request_id") and hasattr(p, "at") for p in pairs):
+        hazard = cancel_hazards(pairs)
+    out: dict[str, Any] = {"pairs": columns, **options}
+    if hazard is not None:
+        out["cancel_hazard"] = list(hazard)
+    return out

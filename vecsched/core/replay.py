@@ -18,7 +18,7 @@ See docs/replay.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -49,14 +49,35 @@ class ReplaySettings:
     repeated, from the snapshot's dispatches: each dispatch one job, on the
     worker that took it. Image only by default: in the simulator it lifted
     image and hurt text (docs/replay.md).
+    ``measured_timing``: the gentypes (codes) whose job durations and pop gap
+    come from the snapshot's own dispatch and capacity-return records (image
+    only by default, see docs/replay.md): each worker's speed
+    is scaled by its measured seconds per nominal second of work (shrunk
+    towards the gentype's by ``prior_jobs`` pseudo-jobs), and ``overhead``
+    becomes the gentype's mean gap between a return and the worker's next
+    dispatch (gaps over ``gap_cap`` seconds are idle time, not overhead).
+    ``absent_after``: a worker that has not checked in for this many seconds
+    is taken to have left (the horde counts it online for five minutes; a
+    present worker checks in at least every minute); None: every online
+    worker stays for the whole horizon.
+    ``cancel_hazard``: per gentype code, the share of waiting requests whose
+    users cancel them per second of waiting (:func:`leave_times`); the
+    calibration's ``cancel_hazard`` (learned from the pairs) replaces it. A
+    request cancelled in the replay frees its place for those behind it; its
+    own forecast is the one of staying (its start: when a thread reached it).
     """
 
-    arrival_window: float = 300.0
+    arrival_window: float = 150.0
     aging_per_second: float = 5.0
     poll: float = 3.0
     overhead: float = 1.0
     max_horizon: float = 3600.0
     served_arrivals: tuple[int, ...] = (IMAGE,)
+    measured_timing: tuple[int, ...] = (IMAGE,)
+    cancel_hazard: tuple[float, ...] = (0.0, 0.0)
+    absent_after: float | None = 120.0
+    prior_jobs: float = 3.0
+    gap_cap: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -68,15 +89,75 @@ class ReplayResult:
     stall: np.ndarray
 
 
-def _worker_columns(snapshot: Any, gentype: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The usable workers of ``gentype`` in the order of the eligible sets' columns: rows, speeds, threads."""
+def _worker_columns(snapshot: Any, gentype: int, absent_after: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The usable workers of ``gentype`` in the order of the eligible sets' columns: rows, speeds, threads.
+
+    A worker silent for more than ``absent_after`` seconds keeps its column
+    (the eligible sets count it) but no thread: it is taken to have left.
+    """
     w = snapshot.workers
-    online = (snapshot.now - w.last_check_in) <= rules.ONLINE_WINDOW_SECONDS
+    silent = snapshot.now - w.last_check_in
+    online = silent <= rules.ONLINE_WINDOW_SECONDS
     rows = np.flatnonzero(online & ~w.paused & (w.gentype == gentype))
     assumed = rules.ASSUMED_TEXT_SPEED if gentype == TEXT else rules.ASSUMED_IMAGE_SPEED
     measured = w.speed[rows].astype(np.float64)
     speed = np.where(np.isnan(measured), assumed, measured)
-    return rows, speed, w.threads[rows].astype(np.int64)
+    threads = w.threads[rows].astype(np.int64)
+    if absent_after is not None:
+        threads = np.where(silent[rows] > absent_after, 0, threads)
+    return rows, speed, threads
+
+
+def _measured_timing(snapshot: Any, worker_ids: np.ndarray, speed: np.ndarray, gentype: int,
+                     settings: ReplaySettings) -> tuple[np.ndarray, float]:
+    """Speeds that give each worker's measured job durations, and the gentype's measured pop gap.
+
+    Returns ``(speed, overhead)``: the given ones when the snapshot has no
+    returned dispatch of these workers (or ``measured_timing`` is off).
+    """
+    d, c = snapshot.dispatches, snapshot.capacity_returns
+    if gentype not in settings.measured_timing or not len(d) or not len(c) or not len(speed):
+        return speed, settings.overhead
+    # A dispatch returned twice counts its last return.
+    last = ~pd.Series(c.dispatch_id.astype(object)).duplicated(keep="last").to_numpy()
+    back_at = c.returned_at[last]
+    returned = pd.Index(c.dispatch_id.astype(object)[last]).get_indexer(d.dispatch_id.astype(object))
+    worker = pd.Index(worker_ids.astype(object)).get_indexer(d.worker_id.astype(object))
+    ok = np.flatnonzero((worker >= 0) & (returned >= 0))
+    ok = ok[speed[worker[ok]] > 0]
+    seconds = back_at[returned[ok]] - d.dispatched_at[ok]
+    nominal = d.assigned_work[ok].astype(np.float64) * (1.0 if gentype == TEXT else 1e6) / speed[worker[ok]]
+    good = (seconds > 0) & (nominal > 0)
+    if not good.any():
+        return speed, settings.overhead
+    ok, seconds, nominal = ok[good], seconds[good], nominal[good]
+    w = worker[ok]
+    n = len(speed)
+    count = np.bincount(w, minlength=n)
+    spent, expected = np.bincount(w, seconds, minlength=n), np.bincount(w, nominal, minlength=n)
+    pooled = seconds.sum() / nominal.sum()
+    # A worker with few returns leans on the gentype's ratio (prior_jobs pseudo-jobs of its mean size).
+    prior = settings.prior_jobs * np.where(count > 0, expected / np.maximum(count, 1), 1.0)
+    factor = (spent + prior * pooled) / (expected + prior)
+    return speed / factor, _pop_gap(d, w, back_at[returned[ok]], worker, settings)
+
+
+def _pop_gap(d: Any, w: np.ndarray, back: np.ndarray, worker: np.ndarray,
+             settings: ReplaySettings) -> float:
+    """Mean seconds from a capacity return to the same worker's next dispatch (gaps over ``gap_cap`` left out)."""
+    mine = np.flatnonzero(worker >= 0)
+    t0 = min(float(d.dispatched_at[mine].min()), float(back.min()))
+    # Wider than the times by more than gap_cap: a gap across two workers is never usable.
+    span = float(max(d.dispatched_at[mine].max(), back.max())) - t0 + settings.gap_cap + 1.0
+    # One sorted key per (worker, time): a return's next dispatch is the first key after it, if the same worker's.
+    keys = np.sort(worker[mine] * span + (d.dispatched_at[mine] - t0))
+    probe = w * span + (back - t0)
+    at = np.searchsorted(keys, probe, side="left")
+    has = at < len(keys)
+    gap = keys[np.minimum(at, len(keys) - 1)] - probe
+    usable = has & (gap >= 0) & (gap <= settings.gap_cap)
+    return float(gap[usable].mean()) if usable.any() else settings.overhead
 
 
 def _job_output(snapshot: Any, rows: np.ndarray) -> np.ndarray:
@@ -139,6 +220,32 @@ class _Queue:
     output: np.ndarray
     arrival: np.ndarray
     deadline: np.ndarray
+    leave: np.ndarray  # when its user cancels it if nothing of it has started (inf: never)
+
+
+GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def leave_times(arrival: np.ndarray, deadline: np.ndarray, hazard: float) -> np.ndarray:
+    """When each numbered request is cancelled, at a constant ``hazard`` per second of waiting (inf: never).
+
+    Deterministic: the k-th request in queue order draws the k-th point of the
+    golden-ratio sequence as its quantile of the exponential, so the replay
+    stays a pure function of its input and its cancellations are spread evenly
+    over every part of the queue. A request already started (infinite
+    deadline) is never cancelled.
+
+    Examples
+    --------
+    >>> leave_times(np.zeros(3), np.array([10.0, np.inf, 10.0]), 0.01).round(1).tolist()
+    [96.2, inf, 192.5]
+    >>> leave_times(np.zeros(2), np.ones(2), 0.0).tolist()
+    [inf, inf]
+    """
+    if hazard <= 0 or len(arrival) == 0:
+        return np.full(len(arrival), np.inf)
+    u = np.modf((np.arange(len(arrival)) + 1) * GOLDEN)[0]
+    return np.where(np.isinf(deadline), np.inf, arrival - np.log1p(-u) / hazard)
 
 
 def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, horizon: float) -> tuple[np.ndarray, ...]:
@@ -229,6 +336,8 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
         "deadline": np.concatenate([deadline, shift - age[template] + life, served["deadline"]]),
     }
     numbered = {name: col[order] for name, col in columns.items()}
+    hazard = settings.cancel_hazard[queue.gentype] if queue.gentype < len(settings.cancel_hazard) else 0.0
+    numbered["leave"] = leave_times(numbered["arrival"], numbered["deadline"], hazard)
     return _Queue(rank_of_row=rank[: len(rows)], user_names=np.asarray(user_names, dtype=object), **numbered)
 
 
@@ -286,7 +395,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     """
     rows = queue.rows
     set_of, masks, _ = queue.eligible_sets()
-    worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype)
+    worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
     # pandas hashes the ids; np.isin on object arrays compares them pairwise.
     started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
     reachable = set_of >= 0
@@ -300,13 +409,14 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     if len(served_worker):
         # One singleton set per worker that took such a request.
         masks = np.concatenate([masks, np.eye(masks.shape[1], dtype=bool)])
+    speed, overhead = _measured_timing(snapshot, snapshot.workers.id[worker_rows], speed, queue.gentype, settings)
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
-    start, done, turn, left = loop_for(len(q.jobs))(
+    start, done, turn, left, gave_up = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
-        q.jobs, q.output, q.arrival, q.deadline, horizon, settings.poll, settings.overhead)
+        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead)
     k = q.rank_of_row
     s, c = start[k], done[k]
     never = s < 0
@@ -318,7 +428,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     c = np.where(never | (left[k] > 0), np.maximum(c, rough), c)
     c = np.maximum(c, inp.inflight[rows])
     s = np.where(started, 0.0, s)
-    stall = ~started & (never | ~reachable)
+    # Cancelled in the replay: not a stall; its start is when a thread reached it.
+    stall = ~started & ((never & ~gave_up[k]) | ~reachable)
     s[~reachable & ~started] = np.nan
     c[~reachable & ~(inp.inflight[rows] > 0)] = np.nan
     return ReplayResult(start=s, completion=c, stall=stall)
@@ -358,10 +469,14 @@ class DispatchReplayV1:
         snap_rows = waiting_rows(snapshot)
         if len(snap_rows) != n:
             raise ValueError(f"{NAME}: {n} forecast rows but {len(snap_rows)} waiting requests in the snapshot")
+        settings = self.settings
+        hazard = (calibration or {}).get("cancel_hazard")
+        if hazard is not None:  # learned from the pairs: it replaces the setting
+            settings = replace(settings, cancel_hazard=tuple(float(h) for h in hazard))
         for queue in inp.queues:
             if len(queue.rows) == 0:
                 continue
-            result = replay_gentype(snapshot, inp, queue, snap_rows, self.settings)
+            result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
             start[queue.rows], completion[queue.rows], stall[queue.rows] = result.start, result.completion, result.stall
         known = ~np.isnan(start)
         p90 = {}

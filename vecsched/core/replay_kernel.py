@@ -137,12 +137,13 @@ def _first(lists, lo, hi, head):  # type: ignore[no-untyped-def]
 
 @jit
 def _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of,
-          left, deadline, start, turn):  # type: ignore[no-untyped-def]
+          left, deadline, leave, start, turn, gave_up):  # type: ignore[no-untyped-def]
     """Worker ``w``'s next request at ``t`` and its queue: its priority pass first, then every queue it serves.
 
     A first request found expired (its deadline passed before any job of it
-    was handed out) leaves its queue, ``turn`` keeps when, and the search
-    starts again.
+    was handed out) or cancelled (its ``leave`` time passed, ``gave_up``) leaves
+    its queue, ``turn`` keeps when (for a cancelled one: when it would have
+    started), and the search starts again.
     """
     c = column[w]
     while True:
@@ -152,20 +153,21 @@ def _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head
         if q < 0:
             return -1, -1
         r = head[q]
-        if start[r] >= 0 or deadline[r] > t:
+        if start[r] >= 0 or (deadline[r] > t and leave[r] > t):
             return r, q
         turn[r] = t
         left[r] = 0
+        gave_up[r] = deadline[r] > t
         _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
 
 
 @jit
 def replay_loop(  # type: ignore[no-untyped-def]
     free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp,
-    queue_of, qbase, qcap, jobs, output, arrival, deadline,
+    queue_of, qbase, qcap, jobs, output, arrival, deadline, leave,
     horizon, poll, overhead,
 ):
-    """Replay dispatch; per request (first assignment, completion, turn, jobs left), -1 where none.
+    """Replay dispatch; per request (first assignment, completion, turn, jobs left, cancelled), -1 where none.
 
     ``free_at``/``thread_worker``: one entry per thread (seconds from now it
     frees, its worker). Workers that serve exactly the same queues share a
@@ -173,7 +175,8 @@ def replay_loop(  # type: ignore[no-untyped-def]
     ``qc`` (CSR by queue) the positions in ``cq`` that name each queue.
     ``wp`` (CSR by worker): the queues of the worker's priority pass. Per
     request (queue order): ``queue_of``, ``jobs`` to hand out, ``output`` per
-    job, ``arrival`` (seconds from now) and ``deadline`` (expiry).
+    job, ``arrival`` (seconds from now), ``deadline`` (expiry) and ``leave``
+    (when its user cancels it if nothing of it has started; inf: never).
     ``qbase``/``qcap`` lay the queues' heaps out in one array. A thread with
     nothing to take polls again after ``poll`` seconds, or at the next arrival
     when later. The loop ends at ``horizon``. A request that starts before the
@@ -186,6 +189,7 @@ def replay_loop(  # type: ignore[no-untyped-def]
     start = np.full(n_req, -1.0)
     done = np.full(n_req, -1.0)
     turn = np.full(n_req, -1.0)
+    gave_up = np.zeros(n_req, dtype=np.bool_)
     left = jobs.copy()
     qkeys = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
     qvals = np.zeros(max(1, int(qcap.sum())), dtype=np.int64)
@@ -216,7 +220,7 @@ def replay_loop(  # type: ignore[no-untyped-def]
                 _push(r, queue_of[r], qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
             next_arrival += 1
         r, q = _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head, nonempty,
-                     qc_ptr, col_of, left, deadline, start, turn)
+                     qc_ptr, col_of, left, deadline, leave, start, turn, gave_up)
         if r < 0:
             wake = t + poll
             if next_arrival < n_req and arrival[order[next_arrival]] > wake:
@@ -232,4 +236,4 @@ def replay_loop(  # type: ignore[no-untyped-def]
         if left[r] == 0:
             _pop_head(q, qkeys, qvals, qbase, qsize, head, nonempty, qc_ptr, col_of)
         tsize = heap_push(tkeys, tvals, 0, tsize, finish + overhead, w)
-    return start, done, turn, left
+    return start, done, turn, left, gave_up

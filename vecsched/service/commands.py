@@ -107,6 +107,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("request_id", help="the request id (list them with vecsched top)")
     p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
+    _add_publish_option(p)
     common(p)
     p.set_defaults(func=_status)
 
@@ -151,8 +152,20 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="log level; no level logs request lines, which hold ids (default: INFO)")
+    _add_publish_option(p)
     common(p)
     p.set_defaults(func=_serve)
+
+
+PUBLISHABLE = ("compatible-queue-v1", "eligible-share-v1", "dispatch-replay-v1")
+"""Estimators whose forecast may be published (the scored-only adr-wait and horde-wide are what it replaces)."""
+
+
+def _add_publish_option(p: Any) -> None:
+    p.add_argument("--publish-forecast", metavar="NAME", choices=PUBLISHABLE,
+                   help="once NAME's promotion verdict is approved (vecsched promotion), its completion p50 "
+                        "is the wait_time clients see, the ADR wait shown beside it on vecsched's path; "
+                        "until then nothing changes (choices: %(choices)s)")
 
 
 def _at_least_one(text: str) -> int:
@@ -348,7 +361,11 @@ def _status(args: argparse.Namespace) -> int:
     from vecsched.errors import UserError
     from vecsched.service.read import status
 
-    result = status(args.request_id, store=_store(args), max_age=args.max_age)
+    from vecsched.service.read import ForecastPublication
+
+    store = _store(args)
+    publish = ForecastPublication.for_store(args.publish_forecast, store) if args.publish_forecast else None
+    result = status(args.request_id, store=store, max_age=args.max_age, publish=publish)
     print(json.dumps(result))
     if "cycle_time" not in result:
         raise UserError("no cycle was published yet: is vecsched run running?")
@@ -392,4 +409,5 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return serve(host=args.host, port=args.port, processes=args.processes, threads=args.threads,
                  database_url=_db_url(args), redis_url=args.redis, prefix=args.prefix,
-                 max_age=args.max_age, live_progress=args.live_progress, log_level=args.log_level)
+                 max_age=args.max_age, live_progress=args.live_progress, log_level=args.log_level,
+                 publish_forecast=args.publish_forecast)

@@ -114,11 +114,14 @@ class RedisPairs:
         pipe.execute()
 
     def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
-        self.client.zadd(f"{self.prefix}:verdicts", {json.dumps(verdict, separators=(",", ":")): at})
+        # The time is part of the member: hourly verdicts that say the same
+        # would otherwise be one member, rescored, and no run of them could last 24 h.
+        member = json.dumps({"at": float(at), **verdict}, separators=(",", ":"))
+        self.client.zadd(f"{self.prefix}:verdicts", {member: at})
 
     def verdicts(self, since: float) -> list[tuple[float, dict[str, Any]]]:
         got = self.client.zrangebyscore(f"{self.prefix}:verdicts", since, "+inf", withscores=True)
-        return [(float(at), json.loads(m)) for m, at in got]
+        return [(float(at), {k: v for k, v in json.loads(m).items() if k != "at"}) for m, at in got]
 
     def record(self, request_id: str) -> dict[str, str]:
         return {_s(k): _s(v) for k, v in self.client.hgetall(self.key(request_id)).items()}

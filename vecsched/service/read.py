@@ -66,6 +66,7 @@ def status(
     progress: Mapping[str, Any] | None = None,
     max_age: float | None = None,
     now: float | None = None,
+    publish: "ForecastPublication | None" = None,
 ) -> dict[str, Any]:
     """The AI Horde status fields of one request, from the last published cycle.
 
@@ -84,6 +85,11 @@ def status(
         intervals of the publishing job.
     now : float, optional
         Epoch seconds; default the wall clock.
+    publish : ForecastPublication, optional
+        Publish this estimator's forecast (``--publish-forecast NAME``): while
+        its promotion verdict is approved, ``wait_time`` is its completion p50,
+        the ADR wait moves to ``adr_wait_time`` and the forecast is under
+        ``forecast``; otherwise the answer is exactly as without it.
 
     Returns
     -------
@@ -150,6 +156,8 @@ def status(
             # (the evidence is null otherwise); absent from older payloads.
             if figures.get("stall_evidence") is not None:
                 out["might_stall"] = figures["might_stall"]
+            if publish is not None:
+                _publish_forecast(out, publish.forecast(request_id, time.time() if now is None else now))
         out["stale"] = stale
         out["cycle_time"] = iso(reading.time)
     if progress:
@@ -181,9 +189,133 @@ def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
     if out.get("done"):
         out["queue_position"] = 0
         out["wait_time"] = 0
-        out.pop("ahead_wait", None)
-        out.pop("might_stall", None)
-        out.pop("unknown", None)
+        for name in ("ahead_wait", "might_stall", "unknown", "adr_wait_time", "forecast"):
+            out.pop(name, None)
+
+
+PUBLISHED_PHASES = ("start_p50", "start_p90", "completion_p50", "completion_p90")
+VERDICT_REFRESH_SECONDS = 60.0
+"""How often a reader looks at the stored verdicts again (the job stores one an hour)."""
+VERDICT_MAX_AGE_SECONDS = 2 * 3600.0
+"""A latest verdict older than this approves nothing: the job has stopped judging."""
+
+
+def approved_by_verdicts(verdicts: list[tuple[float, Mapping[str, Any]]], name: str, now: float) -> bool:
+    """Whether ``name`` is approved as of the job's latest stored hourly verdict.
+
+    The same rule as :func:`vecsched.core.promotion.promotion_document` (all four
+    series held in every hourly verdict for 24 hours), judged at the latest
+    verdict's time from the ``{"holds": {...}}`` summaries alone, so a reader
+    never re-reads a day of pairs. A latest verdict older than
+    :data:`VERDICT_MAX_AGE_SECONDS` approves nothing.
+
+    Examples
+    --------
+    >>> day = [(h * 3600.0, {"holds": {"x": True}}) for h in range(25)]
+    >>> approved_by_verdicts(day, "x", 24 * 3600.0), approved_by_verdicts(day[1:], "x", 24 * 3600.0)
+    (True, False)
+    >>> approved_by_verdicts(day, "x", 30 * 3600.0), approved_by_verdicts(day, "y", 24 * 3600.0)
+    (False, False)
+    """
+    from vecsched.core.promotion import HOLD_SECONDS, held_since
+
+    if not verdicts:
+        return False
+    history = [(float(at), v.get("holds", {})) for at, v in verdicts]
+    latest_at, latest = max(history, key=lambda v: v[0])
+    if now - latest_at > VERDICT_MAX_AGE_SECONDS:
+        return False
+    since = held_since(history, name, latest_at, bool(latest.get(name, False)))
+    return since is not None and latest_at - since >= HOLD_SECONDS
+
+
+class ForecastPublication:
+    """One estimator's forecast for clients, once its promotion verdict is ``approved`` (SPEC section 8).
+
+    The forecast published is the one the promotion validated: the estimator's
+    record of the request's first sighting (``P:forecast:{id}``), counted down
+    since it was made. Approval is read from the job's stored hourly verdicts
+    at most every ``refresh`` seconds; a failed read keeps the last answer
+    (none yet: not approved).
+
+    Parameters
+    ----------
+    name : str
+        The estimator (``dispatch-replay-v1``, ...).
+    backend : PairBackend
+        The forecast records and verdicts (:func:`for_store` finds the store's).
+    refresh : float
+        Seconds between looks at the verdicts.
+
+    Examples
+    --------
+    >>> from vecsched.core.pairing import MemoryPairs
+    >>> backend = MemoryPairs()
+    >>> pub = ForecastPublication("x", backend)
+    >>> pub.approved(now=100.0), pub.forecast("r1", now=100.0)
+    (False, None)
+    """
+
+    def __init__(self, name: str, backend: Any, *, refresh: float = VERDICT_REFRESH_SECONDS):
+        self.name = name
+        self.backend = backend
+        self.refresh = refresh
+        self._lock = threading.Lock()
+        self._checked_at = -math.inf
+        self._approved = False
+
+    @classmethod
+    def for_store(cls, name: str, store: Store, **kwargs: Any) -> "ForecastPublication":
+        """The publication reading the forecast records kept beside ``store`` (same Redis prefix or database)."""
+        from vecsched.service.forecast_job import recorder_for
+
+        return cls(name, recorder_for(store).backend, **kwargs)
+
+    def approved(self, now: float) -> bool:
+        """Whether the estimator's latest verdict approves it (see :func:`approved_by_verdicts`)."""
+        with self._lock:
+            if now - self._checked_at < self.refresh:
+                return self._approved
+            self._checked_at = now
+        from vecsched.core.promotion import HOLD_SECONDS
+
+        try:
+            verdicts = self.backend.verdicts(now - 2 * HOLD_SECONDS)
+        except Exception:  # noqa: BLE001 - a verdict read never fails a status read
+            return self._approved
+        value = approved_by_verdicts(verdicts, self.name, now)
+        with self._lock:
+            self._approved = value
+        return value
+
+    def forecast(self, request_id: str, now: float) -> dict[str, Any] | None:
+        """The published forecast of a request (seconds from ``now``), or None: not approved or not recorded."""
+        if not self.approved(now):
+            return None
+        raw = self.backend.record(request_id).get(f"forecast:{self.name}")
+        if not raw:
+            return None
+        import json
+
+        doc = json.loads(raw)
+        elapsed = max(now - float(doc["forecasted_at"]), 0.0)
+        out: dict[str, Any] = {"estimator": self.name, "forecasted_at": iso(float(doc["forecasted_at"]))}
+        for key in PUBLISHED_PHASES:
+            value = doc.get(key)
+            # Seconds from now: what is left of the wait forecast at first sighting.
+            out[key] = None if value is None else round(max(float(value) - elapsed, 0.0), 3)
+        out["predicted_stall"] = bool(doc.get("predicted_stall", False))
+        return out
+
+
+def _publish_forecast(out: dict[str, Any], forecast: Mapping[str, Any] | None) -> None:
+    """Put an approved forecast's completion p50 in ``wait_time``; the ADR wait under ``adr_wait_time``."""
+    if forecast is None or forecast.get("completion_p50") is None:
+        return
+    if "wait_time" in out:
+        out["adr_wait_time"] = out["wait_time"]
+    out["wait_time"] = int(round(forecast["completion_p50"]))
+    out["forecast"] = dict(forecast)
 
 
 @dataclass(frozen=True)

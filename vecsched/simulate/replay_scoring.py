@@ -5,7 +5,10 @@ the simulator, each seed's forecasts are recalibrated on the pooled pairs of
 the other seeds (never their own), which is the honest equivalent; the p50s
 and stall predictions are unchanged. Writes the ``vecsched.promotion/1``
 document with the calibrated series beside the plain ones, under the name
-``dispatch-replay-v1+conformal``.
+``dispatch-replay-v1+conformal``; with ``-o DIR`` also one document per seed
+(``DIR/seed-N/promotion.json``). The replay's cancellation hazard, which the
+job learns from its pairs (:func:`vecsched.core.calibration.cancel_hazards`),
+is likewise taken from the other seeds' runs (seed + 1 for a single seed).
 
     python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR
 """
@@ -52,24 +55,69 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
     return out
 
 
+def _plain_run(name: Any, minutes: float, seed: int) -> Any:
+    """The simulation of :func:`vecsched.simulate.run` (same seed, same events), without estimates."""
+    from vecsched.simulate.engine import EXPIRY_SECONDS
+    from vecsched.simulate.scenarios import build, scenario
+
+    warmup = 180.0
+    sim, _ = build(scenario(name) if isinstance(name, str) else name, seed, minutes, warmup=warmup,
+                   tail=EXPIRY_SECONDS)
+    sim.run_until(sim.now + warmup + minutes * 60.0 + EXPIRY_SECONDS)
+    return sim
+
+
+def cancel_hazards(sim: Any) -> tuple[float, ...]:
+    """Per gentype code, cancellations of unstarted requests per second of waiting unstarted, over a whole run."""
+    from vecsched.snapshot.schema import GENTYPES
+
+    count, exposure = np.zeros(len(GENTYPES)), np.zeros(len(GENTYPES))
+    for r in sim.requests.values():
+        ends = [t for t in (r.started_at, r.cancelled_at, getattr(r, "expired_at", None)) if t is not None]
+        exposure[r.gentype] += max(min(ends, default=sim.now) - r.created, 0.0)
+        count[r.gentype] += r.status == "cancelled" and r.started_at is None
+    return tuple(float(c / e) if e > 0 else 0.0 for c, e in zip(count, exposure))
+
+
 def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
     """Run ``name`` once per seed; the promotion document with the calibrated replay added."""
+    return score_seeds(name, minutes, seeds)[0]
+
+
+def score_seeds(name: str, minutes: float, seeds: Sequence[int]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds)."""
     from vecsched.core.forecasts import ESTIMATORS
     from vecsched.core.promotion import promotion_document
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import FirstSightings, seeded
 
-    enable()
+    from vecsched.core.forecasts import register
+    from vecsched.core.replay import DispatchReplayV1, ReplaySettings
 
+    hazards = {seed: cancel_hazards(_plain_run(name, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
     pooled: list[Any] = []
-    for seed in seeds:
-        sightings = FirstSightings()
-        result = run(name, minutes, seed, on_snapshot=sightings)
-        pooled.extend(seeded(sightings.outcomes(result.sim), seed))
+    try:
+        for seed in seeds:
+            # Cancellations as the job learns them from its pairs, here from other seeds' runs.
+            others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
+            learned = tuple(float(np.mean(h)) for h in zip(*others))
+            register(DispatchReplayV1(settings=replace(ReplaySettings(), cancel_hazard=learned)))
+            sightings = FirstSightings()
+            result = run(name, minutes, seed, on_snapshot=sightings)
+            pooled.extend(seeded(sightings.outcomes(result.sim), seed))
+    finally:
+        enable()
     pooled += cross_calibrated(pooled)
-    times = [p.at for p in pooled] or [0.0]
-    return promotion_document(pooled, now=max(times), window=max(max(times) - min(times), 1.0), seeds=list(seeds),
-                              estimators=[*ESTIMATORS, CALIBRATED, "adr-wait", "horde-wide"])
+    names = [*ESTIMATORS, CALIBRATED, "adr-wait", "horde-wide"]
+
+    def document(pairs: list[Any], of: Sequence[int]) -> dict[str, Any]:
+        times = [p.at for p in pairs] or [0.0]
+        return promotion_document(pairs, now=max(times), window=max(max(times) - min(times), 1.0), seeds=list(of),
+                                  estimators=names)
+
+    per_seed = {seed: document([p for p in pooled if p.request_id.split(":", 1)[0] == str(seed)], [seed])
+                for seed in seeds}
+    return document(pooled, seeds), per_seed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,12 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, action="append")
     parser.add_argument("-o", "--output")
     args = parser.parse_args(argv)
-    doc = score(args.scenario, args.minutes, args.seed or [0])
+    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0])
     print(format_table(doc))
     if args.output:
-        os.makedirs(args.output, exist_ok=True)
-        with open(os.path.join(args.output, "promotion.json"), "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
+        # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).
+        for where, d in [(args.output, doc), *((os.path.join(args.output, f"seed-{k}"), v) for k, v in per_seed.items())]:
+            os.makedirs(where, exist_ok=True)
+            with open(os.path.join(where, "promotion.json"), "w", encoding="utf-8") as fh:
+                json.dump(d, fh, indent=1)
     return 0
 
 

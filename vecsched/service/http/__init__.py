@@ -41,6 +41,7 @@ from vecsched.service.http.answers import (
     usable_id,
 )
 from vecsched.service.progress import DatabaseProgress, RequestProgress
+from vecsched.service.read import ForecastPublication
 from vecsched.service.store.base import Store
 from vecsched.snapshot.times import iso as _iso
 
@@ -69,6 +70,11 @@ class StatusService:
         Seconds after which figures are stale; default three refresh intervals.
     clock : callable
         Epoch seconds now.
+    publish : ForecastPublication or None
+        ``--publish-forecast NAME``: while that estimator's promotion verdict is
+        approved, the horde paths' ``wait_time`` is its completion p50 and
+        vecsched's path shows it with the ADR wait beside it; None (default),
+        or not approved: the answers are unchanged.
 
     Examples
     --------
@@ -83,11 +89,12 @@ class StatusService:
     live_progress: bool = False
     max_age: float | None = None
     clock: Callable[[], float] = time.time
+    publish: ForecastPublication | None = None
 
     @classmethod
     def from_environment(
         cls, *, database_url: str | None = None, redis_url: str | None = None, prefix: str | None = None,
-        max_age: float | None = None, live_progress: bool = False,
+        max_age: float | None = None, live_progress: bool = False, publish_forecast: str | None = None,
     ) -> "StatusService":
         """The job's own configuration (``VECSCHED_DATABASE_URL``, ``REDIS_URL``, ``VECSCHED_REDIS_PREFIX``).
 
@@ -99,7 +106,9 @@ class StatusService:
 
         url = database_url or default_database_url()
         store = open_store(redis_url=redis_url, database_url=url, prefix=prefix)
-        return cls(store=store, progress=DatabaseProgress(url), max_age=max_age, live_progress=live_progress)
+        publish = None if not publish_forecast else ForecastPublication.for_store(publish_forecast, store)
+        return cls(store=store, progress=DatabaseProgress(url), max_age=max_age, live_progress=live_progress,
+                   publish=publish)
 
     def _row(self, request_id: str) -> RequestProgress | None:
         return None if self.progress is None else self.progress.read(request_id)
@@ -123,9 +132,21 @@ class StatusService:
                 read_totals=self.store.read_meta,
             )
             if answer.status != 409:
-                return answer
+                return self._with_forecast(answer, request_id, reading)
         # Cycles switched under every attempt: the job publishes faster than we read.
         return error(503, "EstimatesStale", "The estimates are being republished; retry.", {"Retry-After": "1"})
+
+    def _with_forecast(self, answer: Answer, request_id: str, reading: Any) -> Answer:
+        """A held, waiting request's answer with the approved forecast's completion p50 as ``wait_time``."""
+        body = answer.body
+        if (self.publish is None or answer.status != 200 or not holds_figures(reading)
+                or body.get("done") or body.get("faulted")):
+            return answer
+        forecast = self.publish.forecast(request_id, self.clock())
+        if forecast is None or forecast["completion_p50"] is None:
+            return answer
+        headers = dict(answer.headers, **{"X-Vecsched-Wait": forecast["estimator"]})
+        return Answer(answer.status, dict(body, wait_time=int(round(forecast["completion_p50"]))), headers)
 
     def own(self, request_id: str) -> Answer:
         """vecsched's view: :func:`vecsched.status` with the database's live progress and ``kudos``.
@@ -145,7 +166,8 @@ class StatusService:
                 "waiting": row.waiting, "processing": row.processing, "finished": row.finished,
                 "restarted": row.restarted, "faulted": row.faulted, "done": row.done,
             }
-        body = status(request_id, store=self.store, progress=progress, max_age=self.max_age, now=self.clock())
+        body = status(request_id, store=self.store, progress=progress, max_age=self.max_age, now=self.clock(),
+                      publish=self.publish)
         if body.get("unknown") and row is None:
             return not_found()
         if row is not None:

@@ -102,6 +102,26 @@ def run_server(options: dict[str, Any]) -> None:
     Granian(options.pop("target"), **options).serve()
 
 
+def announce_publication(name: str, store: Any, *, now: float | None = None) -> bool:
+    """Log once whether ``name``'s forecast reaches clients now; returns whether it is approved.
+
+    The server processes keep checking the verdicts (it can be approved, or
+    lose approval, while they run); this is the operator's one line at startup.
+    """
+    import time
+
+    from vecsched.service.read import ForecastPublication
+
+    approved = ForecastPublication.for_store(name, store).approved(time.time() if now is None else now)
+    if approved:
+        log.info("publishing forecast %s: approved, so the horde paths' wait_time is its completion p50 "
+                 "(the ADR wait stays on /vecsched/v1/status)", name)
+    else:
+        log.warning("publishing forecast %s asked for, but its promotion verdict is not approved "
+                    "(vecsched promotion): clients keep the ADR wait until it is", name)
+    return approved
+
+
 def serve(
     *,
     host: str,
@@ -114,6 +134,7 @@ def serve(
     max_age: float | None,
     live_progress: bool = False,
     log_level: str = "INFO",
+    publish_forecast: str | None = None,
 ) -> int:
     """Serve the status routes until stopped; the job's configuration, read the job's way.
 
@@ -129,6 +150,8 @@ def serve(
     # Opened once here so a bad configuration fails before any process forks.
     store = open_store(redis_url=redis_url, database_url=database_url, prefix=prefix)
     kind = type(store).__name__
+    if publish_forecast:
+        announce_publication(publish_forecast, store)
     store.close()
     log.info(
         "serving on %s:%s with %d processes x %d threads; publication store %s; database %s; progress %s",
@@ -137,7 +160,7 @@ def serve(
     )
     os.environ[SERVE_CONFIG_ENV] = json.dumps({
         "database_url": database_url, "redis_url": redis_url, "prefix": prefix, "max_age": max_age,
-        "live_progress": live_progress,
+        "live_progress": live_progress, "publish_forecast": publish_forecast,
     })
     run_server(server_options(host=host, port=port, processes=processes, threads=threads, log_level=log_level))
     return 0
