@@ -209,6 +209,19 @@ def approved_by_verdicts(verdicts: list[tuple[float, Mapping[str, Any]]], name: 
     never re-reads a day of pairs. A latest verdict older than
     :data:`VERDICT_MAX_AGE_SECONDS` approves nothing.
 
+    Parameters
+    ----------
+    verdicts : list of (float, mapping)
+        The stored hourly verdicts: (time, ``{"holds": {estimator: bool}}``).
+    name : str
+        The estimator.
+    now : float
+        Epoch seconds.
+
+    Returns
+    -------
+    bool
+
     Examples
     --------
     >>> day = [(h * 3600.0, {"holds": {"x": True}}) for h in range(25)]
@@ -266,13 +279,37 @@ class ForecastPublication:
 
     @classmethod
     def for_store(cls, name: str, store: Store, **kwargs: Any) -> "ForecastPublication":
-        """The publication reading the forecast records kept beside ``store`` (same Redis prefix or database)."""
+        """The publication reading the forecast records kept beside ``store`` (same Redis prefix or database).
+
+        Parameters
+        ----------
+        name : str
+            The estimator.
+        store : Store
+            The publication store whose forecast records to read.
+        **kwargs : Any
+            Passed on to the constructor (``refresh``).
+
+        Returns
+        -------
+        ForecastPublication
+        """
         from vecsched.service.forecast_job import recorder_for
 
         return cls(name, recorder_for(store).backend, **kwargs)
 
     def approved(self, now: float) -> bool:
-        """Whether the estimator's latest verdict approves it (see :func:`approved_by_verdicts`)."""
+        """Whether the estimator's latest verdict approves it (see :func:`approved_by_verdicts`).
+
+        Parameters
+        ----------
+        now : float
+            Epoch seconds; the verdicts are read again when ``refresh`` has passed.
+
+        Returns
+        -------
+        bool
+        """
         with self._lock:
             if now - self._checked_at < self.refresh:
                 return self._approved
@@ -289,7 +326,19 @@ class ForecastPublication:
         return value
 
     def forecast(self, request_id: str, now: float) -> dict[str, Any] | None:
-        """The published forecast of a request (seconds from ``now``), or None: not approved or not recorded."""
+        """The published forecast of a request (seconds from ``now``), or None: not approved or not recorded.
+
+        Parameters
+        ----------
+        request_id : str
+        now : float
+            Epoch seconds.
+
+        Returns
+        -------
+        dict or None
+            ``estimator``, ``forecasted_at``, each phase's p50/p90 counted down to ``now``, ``predicted_stall``.
+        """
         if not self.approved(now):
             return None
         raw = self.backend.record(request_id).get(f"forecast:{self.name}")
