@@ -82,6 +82,41 @@ class Takes:
 
 
 @dataclass(frozen=True)
+class RowMembers:
+    """The tables that decide which usable workers each row of an :class:`Eligibility` holds.
+
+    A shared group's workers follow from its declarations (``overlap[g_set,
+    w_set] & passes[g_flags, w_flags]``, the speed-gated table where
+    ``g_fast``); a special group's were evaluated worker by worker and kept.
+    """
+
+    overlap: np.ndarray  # [request set, worker set]
+    w_set: np.ndarray  # each usable worker's set
+    w_flags: np.ndarray  # each usable worker's flag combination
+    g_set: np.ndarray  # each shared group's request set
+    g_flags: np.ndarray  # each shared group's request flags
+    g_fast: np.ndarray  # the group keeps to workers passing the speed gate
+    passes_base: np.ndarray  # [request flags, worker flags], maintenance workers left out
+    fast_base: np.ndarray  # passes_base and the speed gate
+    special: np.ndarray  # (special groups, usable workers)
+
+    def matrix(self, rows: np.ndarray) -> np.ndarray:
+        """``member[k, w]``: usable worker ``w`` is eligible for the requests of row ``rows[k]``."""
+        n_groups = len(self.g_set)
+        out = np.zeros((len(rows), len(self.w_set)), dtype=bool)
+        shared = np.flatnonzero(rows < n_groups)
+        g = rows[shared]
+        step = max(1, BLOCK_ELEMENTS // max(len(self.w_set), 1))
+        for lo in range(0, len(g), step):
+            part, at = g[lo : lo + step], shared[lo : lo + step]
+            gate = np.where(self.g_fast[part, None], self.fast_base[self.g_flags[part]], self.passes_base[self.g_flags[part]])
+            out[at] = self.overlap[self.g_set[part]][:, self.w_set] & gate[:, self.w_flags]
+        special = np.flatnonzero(rows >= n_groups)
+        out[special] = self.special[rows[special] - n_groups]
+        return out
+
+
+@dataclass(frozen=True)
 class Eligibility:
     """Eligibility of the requests of one gentype (arrays aligned with the requests)."""
 
@@ -95,6 +130,8 @@ class Eligibility:
     competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
+    # With competition: the tables behind each row's eligible workers (might_stall reads them).
+    members: RowMembers | None = None
 
 
 def eligibility(
@@ -122,7 +159,8 @@ def eligibility(
     w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
     classes = (w_class, len(class_first)) if with_competition else None
     found = _special_sums(
-        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes, keep_workers=every_request_special
+        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes,
+        keep_workers=every_request_special or with_competition,
     )
     row = shared.group_of.copy()
     row[special.rows] = shared.n + special.of
@@ -139,7 +177,9 @@ def eligibility(
         n_special=special.n,
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
-        eligible_workers=found.workers,
+        eligible_workers=found.workers if every_request_special else None,
+        members=RowMembers(sets.overlap, sets.w_set, flags.w_flags, shared.g_set, shared.g_flags, shared.g_fast,
+                           flags.passes_base, flags.fast_base, found.workers) if with_competition else None,
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
-from vecsched.core.eligibility import Eligibility, eligibility
+from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
 from vecsched.core.stall_sums import (
@@ -145,29 +145,15 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, gentype: int, request_id
     )
 
 
-def membership(
-    wk: WorkerArrays,
-    rq: RequestArrays,
-    gentype: int,
-    representatives: np.ndarray,
-    excluded: tuple[np.ndarray, np.ndarray],
-    vocabulary_size: int,
-) -> np.ndarray:
-    """``member[k, w]``: usable worker ``w`` of the gentype is in A(representatives[k]).
+def membership(elig: Eligibility, rows: np.ndarray) -> np.ndarray:
+    """``member[k, w]``: usable worker ``w`` of the gentype is in A(i) for the requests i of row ``rows[k]``.
 
-    The eligibility rules themselves decide, evaluated worker by worker for
-    one request per row (rows share their eligible workers).
+    Read from the eligibility stage's own tables (declarations for shared
+    groups, the kept workers of special groups), not evaluated again.
     """
-    ex_w, ex_r = excluded
-    reps = take_rows(rq, representatives)
-    position = pd.Index(representatives).get_indexer(ex_r)
-    hit = position >= 0
-    elig = eligibility(
-        wk, reps, gentype, (ex_w[hit], position[hit]), vocabulary_size,
-        with_competition=False, every_request_special=True,
-    )
-    assert elig.eligible_workers is not None
-    return elig.eligible_workers[elig.row - elig.n_groups]
+    if elig.members is None:
+        raise ValueError("might_stall needs the eligibility computed with competition (its row members)")
+    return elig.members.matrix(rows)
 
 
 def stall(
@@ -205,10 +191,8 @@ def stall(
     if len(looked):
         ev = window_events(snapshot, wk, gentype, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
-        first = np.full(len(rows), -1, np.int64)
-        first[row_of[::-1]] = looked[::-1]
         if len(ev.d_time) or len(ev.c_time):
-            member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
+            member = membership(elig, rows)
         else:  # no history: no worker's membership matters
             member = np.zeros((len(rows), 1), bool)
         takes = elig.competition
