@@ -205,7 +205,7 @@ def stall(
         context.member_sets = row_sets(member)
         context.takeable_sets = None if takeable is None else row_sets(takeable)
         _shared_returns(context, member, row_of, looked)
-        _recent_returns(context, member, row_of, looked)
+        _recent_by_time(context, member, row_of, looked)
         _shared_dispatches(context, member, row_of, looked)
         _recent_dispatches(context, member, row_of, looked)
         if takeable is not None:
@@ -252,7 +252,7 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
 def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
     """Matched returns, their work per half and incompleteness, per row, for the requests whose window is the full 300 s."""
     ev = context.ev
-    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    shared = context.rq.created[looked] < context.now - WINDOW_SECONDS
     k = looked[shared]
     if len(k) == 0 or len(ev.c_time) == 0:
         return
@@ -271,24 +271,37 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
 
 
-def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
-    """Returns of the requests whose window starts at their creation, read below their start, their midpoint and after.
+def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """One pass by time for the requests created within the window: their returns, and the time sums of their pops.
 
-    Every return kept is at or before now, so the sums below +inf are the
-    row's totals; the halves and the unmatched returns in the window are
-    differences of those sums.
+    Returns and pops (those not recorded before their request's creation)
+    are read together below each request's start, its midpoint and after.
+    Every event kept is at or before now, so the sums after are the row's
+    totals; the halves and the unmatched returns in the window are
+    differences of those sums. The pops' sums (every pop, those of priority
+    passes, active ones; and, for requests of the lowest priority, the other
+    pops before their start) are kept in ``context.by_time`` for
+    :func:`_recent_dispatches`.
     """
     ev = context.ev
-    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    recent = context.rq.created[looked] >= context.now - WINDOW_SECONDS
     k, rows = looked[recent], row_of[recent]
-    if len(k) == 0 or len(ev.c_time) == 0:
+    context.by_time = None
+    if len(k) == 0 or len(ev.c_time) + len(ev.d_time) == 0:
         return
-    weights = np.stack([ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]).astype(np.float64)
+    d = np.flatnonzero(ev.d_created <= ev.d_time)
+    n_c = len(ev.c_time)
+    pp, active = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool)
+    weights = np.zeros((8, n_c + len(d)))
+    weights[0, :n_c], weights[1, :n_c] = ev.c_matched, ~ev.c_matched
+    weights[2, :n_c] = np.where(ev.c_matched, ev.c_work, 0.0)
+    weights[3:, n_c:] = np.stack([np.ones(len(d)), pp, pp & active, ~pp, ~pp & active])
     start = context.start[k]
     # A request created after now has no window: its midpoint falls before its start.
     middle = np.maximum(context.middle[k], start)
     below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
-                        item_col=ev.c_worker, item_x=ev.c_time, weights=weights)
+                        item_col=np.r_[ev.c_worker, ev.d_worker[d]], item_x=np.r_[ev.c_time, ev.d_time[d]], weights=weights)
+    context.by_time = below[3:]
     halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
     context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
     for h, half in enumerate(halves):
@@ -384,20 +397,22 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     odd = ev.d_created > ev.d_time
     context.pairs(member, k, rows, np.flatnonzero(odd))
     d = np.flatnonzero(~odd)
-    n, pp, active = len(k), ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(np.float64)
+    n, pp = len(k), ev.d_priority_pass[d].astype(bool)
     c, p = rq.created[k], rq.priority[k].astype(np.int64)
-    seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
-                       item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
-    seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
+    by_time = context.by_time  # every pop since c; those of priority passes (all, active); the others before c
+    seen = by_time[:3, 2] - by_time[:3, 0]
     # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
     # (its request was created before c), so those since c are the ones ahead less those before c of
-    # priority at least p (above p - 1).
-    plain = np.stack([~pp, ~pp * active]).astype(np.float64)
+    # priority at least p (above p - 1): every other pop before c when p is the lowest priority of all.
+    plain = np.stack([~pp, ~pp & ev.d_active[d].astype(bool)]).astype(np.float64)
     rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
     ahead = binned_sums(sets=context.member_sets, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
                         item_x=rank[: len(d)], weights=plain)[:, 0]
-    before = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
-                            item_level=ev.d_priority[d].astype(np.int64), item_x=ev.d_time[d], weights=plain)[:, 0]
+    before = by_time[3:, 0].copy()
+    high = np.flatnonzero(p > ev.d_priority[d].min(initial=0)) if len(d) else np.zeros(0, np.int64)
+    before[:, high] = dominance_sums(sets=context.member_sets, query_row=rows[high], query_level=p[high] - 1,
+                                     query_x=c[high][None, :], item_col=ev.d_worker[d], item_level=ev.d_priority[d].astype(np.int64),
+                                     item_x=ev.d_time[d], weights=plain)[:, 0]
     # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
     c_up = np.nextafter(c, np.inf)
     cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
