@@ -27,7 +27,7 @@ import numpy as np
 CELLS_PER_PRODUCT = 1 << 22
 # Rough costs (ns) of the steps binned_sums weighs: a pair within a bin; a column read for one query
 # (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product.
-COSTS = {"pair": 8.0, "column": 2.7, "stored": 8.0, "cell": 1.0, "product": 0.06}
+COSTS = {"pair": 8.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.06}
 MAX_BINS = 1024
 BINS_PER_READ = 4
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
@@ -107,16 +107,16 @@ def binned_sums(
     xs, col, w = item_x[order], item_col[order].astype(np.int64), weights[:, order].astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
     rows, row_at = np.unique(query_row, return_inverse=True)
-    product, n_bins = _plan(sets, rows, n_t * n, e, len(w))
+    # A threshold above every item reads each row's totals.
+    everything = np.all(below == e, axis=1)
+    some = np.flatnonzero(~everything)
+    product, n_bins = _plan(sets, rows, len(some) * n, e, len(w))
     step = -(-e // n_bins)
     full = below // step
     # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
-    table = _table(sets.matrix.shape[1], col, w, n_bins, step).astype(np.float32 if exact32 else np.float64)
-    # A threshold above every item reads each row's totals.
-    everything = np.all(below == e, axis=1)
-    totals = sets.matrix[rows].astype(table.dtype) @ table.reshape(len(table), -1, len(w))[:, -1] if everything.any() else None
-    some = np.flatnonzero(~everything)
+    table = _table(sets.matrix.shape[1], col, w, n_bins, step, np.float32 if exact32 else np.float64)
+    totals = sets.matrix[rows].astype(table.dtype) @ table[-1] if everything.any() else None
     if len(some):
         part = np.zeros((len(w), len(some), n))
         if product:
@@ -179,7 +179,8 @@ def _read_product(out: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np
     ``rows`` are the distinct queried rows, ``row_at`` each query's place among them.
     """
     n_w, n_t, n = out.shape
-    n_cells = table.shape[1] // n_w
+    n_cells = len(table)
+    table = table.transpose(1, 0, 2).reshape(table.shape[1], -1)  # (columns, cells x weights)
     flat = out.reshape(n_w, n_t * n)
     at, cell = np.tile(row_at, n_t), full.ravel()
     chunk = max(1, CELLS_PER_PRODUCT // max(table.shape[1], 1))
@@ -192,12 +193,16 @@ def _read_product(out: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np
         flat[:, q] = product[at[q] - first, cell[q]].T
 
 
-def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int) -> np.ndarray:
-    """``table[c, b * nw + m]``: the sum of ``w[m]`` over the first ``b * step`` items of column ``c``."""
+def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int, dtype: type) -> np.ndarray:
+    """``table[b, c, m]``: the sum of ``w[m]`` over the first ``b * step`` items of column ``c``.
+
+    Boundaries outermost, so the running sum adds whole contiguous rows.
+    """
     n_w = len(w)
-    cell = col * (n_bins + 1) + np.arange(len(col)) // step + 1
-    table = np.stack([np.bincount(cell, weights=w[m], minlength=n_cols * (n_bins + 1)) for m in range(n_w)], axis=-1)
-    return np.cumsum(table.reshape(n_cols, n_bins + 1, n_w), axis=1).reshape(n_cols, -1)
+    cell = ((np.arange(len(col)) // step + 1) * n_cols + col) * n_w
+    table = np.bincount((cell[None, :] + np.arange(n_w)[:, None]).ravel(), weights=w.ravel(),
+                        minlength=(n_bins + 1) * n_cols * n_w)
+    return np.cumsum(table.reshape(n_bins + 1, n_cols * n_w), axis=0, dtype=dtype).reshape(n_bins + 1, n_cols, n_w)
 
 
 def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarray, full: np.ndarray) -> None:
@@ -215,7 +220,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
     sparse = np.flatnonzero(~dense)
     if len(sparse) == 0:
         return
-    n_cells = table.shape[1] // n_w
+    n_cols = table.shape[1]
     by_cell = table.reshape(-1, n_w)
     sizes = sets.indptr[rows[sparse] + 1] - sets.indptr[rows[sparse]]
     ends = np.cumsum(sizes)
@@ -225,13 +230,13 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        values = by_cell[sets.indices[j] * n_cells + cell[f[i]]]
+        values = by_cell[cell[f[i]] * n_cols + sets.indices[j]]
         for m in range(n_w):
             flat[m, f] = np.bincount(i, weights=values[:, m], minlength=len(f))
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
-        totals = table.reshape(-1, n_cells, n_w).sum(axis=0, dtype=np.float64)
+        totals = table.sum(axis=1, dtype=np.float64)
         flat[:, flip] = totals[cell[flip]].T - flat[:, flip]
 
 
@@ -244,14 +249,13 @@ def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.
     costs a few columns rather than every boundary of every row.
     """
     n_w = flat.shape[0]
-    n_cols = table.shape[0]
-    table = table.reshape(n_cols, -1, n_w)
+    n_cols = table.shape[1]
     order = which[np.argsort(cell[which], kind="stable")]
-    edges = np.searchsorted(cell[order], np.arange(0, table.shape[1] + BINS_PER_READ, BINS_PER_READ))
+    edges = np.searchsorted(cell[order], np.arange(0, len(table) + BINS_PER_READ, BINS_PER_READ))
     chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
     for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
         first = b * BINS_PER_READ
-        block = table[:, first : first + BINS_PER_READ].reshape(n_cols, -1)
+        block = table[first : first + BINS_PER_READ].transpose(1, 0, 2).reshape(n_cols, -1)
         for start in range(lo, hi, chunk):
             q = order[start : min(hi, start + chunk)]
             sums = (sets[rows[q]].astype(table.dtype) @ block).reshape(len(q), -1, n_w)
