@@ -272,16 +272,24 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
 
 
 def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
-    """One pass by time for the requests created within the window: their returns, and the time sums of their pops.
+    """One pass for the requests created within the window: their returns, and the sums of their pops.
 
-    Returns and pops (those not recorded before their request's creation)
-    are read together below each request's start, its midpoint and after.
-    Every event kept is at or before now, so the sums after are the row's
-    totals; the halves and the unmatched returns in the window are
-    differences of those sums. The pops' sums (every pop, those of priority
-    passes, active ones; and, for requests of the lowest priority, the other
-    pops before their start) are kept in ``context.by_time`` for
-    :func:`_recent_dispatches`.
+    Every sum is read below each request's start c, its midpoint and after
+    (every event kept is at or before now, so the sums after are the row's
+    totals); halves are differences of those sums. Items (columns of
+    ``weights``):
+
+    * returns, by time: matched, unmatched, matched work;
+    * pops (those not recorded before their request's creation), by time:
+      every pop, priority passes, active ones; the other pops and active ones
+      (before c they are ahead of a request of the lowest priority);
+    * for requests at the lowest priority of the pops, the pops that precede
+      them and arrive: priority passes or higher priority, by creation (work,
+      count); and the other pops ahead by queue key: higher priority (read as
+      created at -inf), or the lowest priority created before c (count,
+      active).
+
+    The pops' sums are kept in ``context.by_time`` for :func:`_recent_dispatches`.
     """
     ev = context.ev
     recent = context.rq.created[looked] >= context.now - WINDOW_SECONDS
@@ -290,18 +298,29 @@ def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     if len(k) == 0 or len(ev.c_time) + len(ev.d_time) == 0:
         return
     d = np.flatnonzero(ev.d_created <= ev.d_time)
-    n_c = len(ev.c_time)
-    pp, active = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool)
-    weights = np.zeros((8, n_c + len(d)))
-    weights[0, :n_c], weights[1, :n_c] = ev.c_matched, ~ev.c_matched
-    weights[2, :n_c] = np.where(ev.c_matched, ev.c_work, 0.0)
-    weights[3:, n_c:] = np.stack([np.ones(len(d)), pp, pp & active, ~pp, ~pp & active])
+    context.lowest = int(ev.d_priority[d].min()) if len(d) else 0
+    pp, active, prio = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool), ev.d_priority[d]
+    arriving, plain = np.flatnonzero(pp | (prio > context.lowest)), np.flatnonzero(~pp)
+    groups = [  # (item columns, item x, weights)
+        (ev.c_worker, ev.c_time, [ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]),
+        (ev.d_worker[d], ev.d_time[d], [np.ones(len(d)), pp, pp & active, ~pp, ~pp & active]),
+        (ev.d_worker[d[arriving]], ev.d_created[d[arriving]], [ev.d_work[d[arriving]], np.ones(len(arriving))]),
+        (ev.d_worker[d[plain]], np.where(prio[plain] > context.lowest, -np.inf, ev.d_created[d[plain]]),
+         [np.ones(len(plain)), active[plain]]),
+    ]
+    sizes = [len(g[1]) for g in groups]
+    weights = np.zeros((sum(len(g[2]) for g in groups), sum(sizes)))
+    row, at = 0, 0
+    for (_, _, ws), size in zip(groups, sizes):
+        weights[row : row + len(ws), at : at + size] = ws
+        row, at = row + len(ws), at + size
     start = context.start[k]
     # A request created after now has no window: its midpoint falls before its start.
     middle = np.maximum(context.middle[k], start)
     below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
-                        item_col=np.r_[ev.c_worker, ev.d_worker[d]], item_x=np.r_[ev.c_time, ev.d_time[d]], weights=weights)
-    context.by_time = below[3:]
+                        item_col=np.concatenate([g[0] for g in groups]), item_x=np.concatenate([g[1] for g in groups]),
+                        weights=weights)
+    context.by_time, context.arriving_pops = below[3:], d[arriving]
     halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
     context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
     for h, half in enumerate(halves):
@@ -310,6 +329,18 @@ def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, l
         context.out["returned_capacity"][k] += count
         # Differences of sums: a half with no return has exactly no work.
         context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
+
+
+def _created_at(context: _Context, member: np.ndarray, k: np.ndarray, rows: np.ndarray, pops: np.ndarray) -> np.ndarray:
+    """``(work, count)`` of the ``pops`` by the requests' eligible workers whose request was created exactly at theirs."""
+    ev = context.ev
+    by_created = pops[np.argsort(ev.d_created[pops], kind="stable")]
+    created = ev.d_created[by_created]
+    c = context.rq.created[k]
+    q, j = expand_ranges(np.searchsorted(created, c, "left"), np.searchsorted(created, c, "right"))
+    held = member[rows[q], ev.d_worker[by_created[j]]]
+    q, pop = q[held], by_created[j[held]]
+    return np.stack([np.bincount(q, weights=ev.d_work[pop], minlength=len(k)), np.bincount(q, minlength=len(k))])
 
 
 def _key_ranks(priority: np.ndarray, created: np.ndarray) -> np.ndarray:
@@ -399,26 +430,38 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     d = np.flatnonzero(~odd)
     n, pp = len(k), ev.d_priority_pass[d].astype(bool)
     c, p = rq.created[k], rq.priority[k].astype(np.int64)
-    by_time = context.by_time  # every pop since c; those of priority passes (all, active); the others before c
-    seen = by_time[:3, 2] - by_time[:3, 0]
+    by_time = context.by_time  # see _recent_by_time
+    seen = by_time[:3, 2] - by_time[:3, 0]  # every pop since c; those of priority passes (all, active)
+    # Requests at the lowest priority of the pops read the rest from the same pass; the others below.
+    slow = np.flatnonzero(p != context.lowest)
+    fast = np.flatnonzero(p == context.lowest)
     # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
     # (its request was created before c), so those since c are the ones ahead less those before c of
-    # priority at least p (above p - 1): every other pop before c when p is the lowest priority of all.
+    # priority at least p (above p - 1): every other pop before c when p is at or below every pop's.
     plain = np.stack([~pp, ~pp & ev.d_active[d].astype(bool)]).astype(np.float64)
-    rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
-    ahead = binned_sums(sets=context.member_sets, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
-                        item_x=rank[: len(d)], weights=plain)[:, 0]
-    before = by_time[3:, 0].copy()
-    high = np.flatnonzero(p > ev.d_priority[d].min(initial=0)) if len(d) else np.zeros(0, np.int64)
+    ahead = by_time[7:9, 0].copy()
+    rank = _key_ranks(np.r_[ev.d_priority[d], p[slow]].astype(np.float64), np.r_[ev.d_created[d], c[slow]])
+    ahead[:, slow] = binned_sums(sets=context.member_sets, query_row=rows[slow], query_x=rank[len(d) :][None, :],
+                                 item_col=ev.d_worker[d], item_x=rank[: len(d)], weights=plain)[:, 0]
+    before = by_time[3:5, 0].copy()
+    high = np.flatnonzero(p > context.lowest)
     before[:, high] = dominance_sums(sets=context.member_sets, query_row=rows[high], query_level=p[high] - 1,
                                      query_x=c[high][None, :], item_col=ev.d_worker[d], item_level=ev.d_priority[d].astype(np.int64),
                                      item_x=ev.d_time[d], weights=plain)[:, 0]
     # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
-    c_up = np.nextafter(c, np.inf)
-    cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
-    by_created = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
-                                item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)),
-                                item_x=ev.d_created[d], weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    by_created = np.zeros((2, 3, n))
+    c_up = np.nextafter(c[slow], np.inf)
+    cuts = np.stack([c_up, np.maximum(context.middle[k[slow]], c_up), np.full(len(slow), np.nextafter(now, np.inf))])
+    by_created[:, :, slow] = dominance_sums(
+        sets=context.member_sets, query_row=rows[slow], query_level=p[slow], query_x=cuts, item_col=ev.d_worker[d],
+        item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)), item_x=ev.d_created[d],
+        weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    # The pass read "created before c"; arriving work starts after c: the pops created at c count before it.
+    at_c = _created_at(context, member, k[fast], rows[fast], context.arriving_pops)
+    fast_sums = by_time[5:7][:, :, fast]
+    fast_sums[:, 0] += at_c
+    fast_sums[:, 1] += np.where(context.middle[k[fast]] <= c[fast], at_c, 0.0)
+    by_created[:, :, fast] = fast_sums
     figures = np.stack([seen[0], *(seen[1:] + ahead - before)])  # relevant, preceding, active preceding
     arriving = np.stack([by_created[:, h + 1] - by_created[:, h] for h in (0, 1)])  # half, (work, count)
     _take_back(context, k, rows, member, figures, arriving)
