@@ -131,10 +131,26 @@ def binned_sums(
     flat, item = expand_ranges(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
     held = sets.matrix[row, col[item]]
-    flat, item = flat[held], item[held]
-    for m in range(len(w)):
-        out[m] += np.bincount(flat, weights=w[m, item], minlength=n_t * n).reshape(n_t, n)
+    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.ascontiguousarray(w.T)[item[held]])
     return out
+
+
+def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
+    """``out[:, target[i]] += values[i]``, ``target`` grouped in runs of equal values, each value in one run.
+
+    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight.
+
+    Examples
+    --------
+    >>> out = np.zeros((1, 3))
+    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0], [2.0], [4.0]]))
+    >>> out.tolist()
+    [[4.0, 0.0, 3.0]]
+    """
+    if len(target) == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
+    out[:, target[starts]] += np.add.reduceat(values, starts, axis=0).T
 
 
 def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tuple[RowSets, np.ndarray, np.ndarray]:
@@ -339,7 +355,7 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     qq, item = q[i], by_level[j]
     held = sets.matrix[query_row[qq], item_col[item]]
     qq, item = qq[held], item[held]
+    by_item = np.ascontiguousarray(weights.T)
     for t in range(query_x.shape[0]):
         low = item_x[item] < query_x[t, qq]
-        for m in range(len(weights)):
-            out[m, t] += np.bincount(qq[low], weights=weights[m, item[low]], minlength=out.shape[2])
+        _add_runs(out[:, t], qq[low], by_item[item[low]])
