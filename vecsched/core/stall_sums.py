@@ -29,7 +29,7 @@ CELLS_PER_PRODUCT = 1 << 22
 # (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product.
 COSTS = {"pair": 8.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.06}
 MAX_BINS = 1024
-BINS_PER_READ = 4
+READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
@@ -246,9 +246,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        values = by_cell[cell[f[i]] * n_cols + sets.indices[j]]
-        for m in range(n_w):
-            flat[m, f] = np.bincount(i, weights=values[:, m], minlength=len(f))
+        _add_runs(flat, f[i], by_cell[cell[f[i]] * n_cols + sets.indices[j]])
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
@@ -260,18 +258,19 @@ def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.
                 which: np.ndarray) -> None:
     """``flat[:, q]``: row ``rows[q]`` of ``sets`` times the table at boundary ``cell[q]``, for the ``q`` in ``which``.
 
-    Queries are taken by runs of :data:`BINS_PER_READ` boundaries: one product
+    Queries are taken by runs of a few boundaries (:data:`READ_COLUMNS`): one product
     per run of the queries' rows with those boundaries' columns, so each query
     costs a few columns rather than every boundary of every row.
     """
     n_w = flat.shape[0]
     n_cols = table.shape[1]
     order = which[np.argsort(cell[which], kind="stable")]
-    edges = np.searchsorted(cell[order], np.arange(0, len(table) + BINS_PER_READ, BINS_PER_READ))
+    per_read = max(1, READ_COLUMNS // n_w)
+    edges = np.searchsorted(cell[order], np.arange(0, len(table) + per_read, per_read))
     chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
     for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
-        first = b * BINS_PER_READ
-        block = table[first : first + BINS_PER_READ].transpose(1, 0, 2).reshape(n_cols, -1)
+        first = b * per_read
+        block = table[first : first + per_read].transpose(1, 0, 2).reshape(n_cols, -1)
         for start in range(lo, hi, chunk):
             q = order[start : min(hi, start + chunk)]
             sums = (sets[rows[q]].astype(table.dtype) @ block).reshape(len(q), -1, n_w)
