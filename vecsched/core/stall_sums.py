@@ -27,7 +27,7 @@ import numpy as np
 CELLS_PER_PRODUCT = 1 << 22
 # Rough costs (ns) of the steps binned_sums weighs: a pair within a bin; a column read for one query
 # (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product.
-COSTS = {"pair": 8.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.06}
+COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12}
 MAX_BINS = 1024
 READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
