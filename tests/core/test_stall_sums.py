@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vecsched.core import stall_sums
 from vecsched.core.stall_sums import binned_sums, dominance_sums
 
 
@@ -17,12 +18,19 @@ def _brute(sets, query_row, query_level, query_x, item_col, item_level, item_x, 
     return out
 
 
+@pytest.mark.parametrize("read", ["planned", "per_query", "product"])
 @pytest.mark.parametrize("seed", range(60))
-def test_binned_and_dominance_sums_equal_the_pairs(seed: int) -> None:
+def test_binned_and_dominance_sums_equal_the_pairs(seed: int, read: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Either way of reading the table, whatever the plan would choose.
+    if read != "planned":
+        costs = dict(stall_sums.COSTS, product=0.0 if read == "product" else 1e9)
+        monkeypatch.setattr(stall_sums, "COSTS", costs)
     rng = np.random.default_rng(seed)
     rows, cols = rng.integers(1, 9), int(rng.choice([1, 3, 6, 60]))
-    # Dense rows, and sparse ones read column by column, stored as they are or as their complement.
-    sets = rng.random((rows, cols)) < rng.choice([0.01, 0.5, 0.99])
+    # Dense rows, and sparse ones read column by column, stored as they are or as their complement,
+    # in one matrix or row by row.
+    density = rng.choice([0.01, 0.5, 0.99], rows) if seed % 4 == 1 else rng.choice([0.01, 0.5, 0.99])
+    sets = rng.random((rows, cols)) < np.broadcast_to(density, (rows,))[:, None]
     # Sizes that reach one bin, many bins, light priority bands and heavy ones.
     n = int(rng.choice([0, 1, 40, 700]))
     e = int(rng.choice([0, 1, 30, 3000]))

@@ -125,7 +125,9 @@ def eligibility(
     w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
     classes = (w_class, len(class_first)) if with_competition else None
     found = _special_sums(
-        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes, keep_workers=every_request_special
+        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes,
+        # might_stall and the forecasts read special rows' workers again (row_words)
+        keep_workers=every_request_special or with_competition,
     )
     row = shared.group_of.copy()
     row[special.rows] = shared.n + special.of
@@ -142,7 +144,7 @@ def eligibility(
         n_special=special.n,
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
-        eligible_workers=found.workers,
+        eligible_workers=found.workers if every_request_special else None,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
 

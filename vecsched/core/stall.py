@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
-from vecsched.core.eligibility import Eligibility, eligibility
+from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
 from vecsched.core.stall_sums import (
@@ -145,29 +145,16 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, gentype: int, request_id
     )
 
 
-def membership(
-    wk: WorkerArrays,
-    rq: RequestArrays,
-    gentype: int,
-    representatives: np.ndarray,
-    excluded: tuple[np.ndarray, np.ndarray],
-    vocabulary_size: int,
-) -> np.ndarray:
-    """``member[k, w]``: usable worker ``w`` of the gentype is in A(representatives[k]).
+def membership(elig: Eligibility, rows: np.ndarray, n_workers: int) -> np.ndarray:
+    """``member[k, w]``: usable worker ``w`` of the gentype is in A(i) for the requests i of row ``rows[k]``.
 
-    The eligibility rules themselves decide, evaluated worker by worker for
-    one request per row (rows share their eligible workers).
+    Read from the eligibility stage's own tables (``Eligibility.row_words``:
+    declarations for shared groups, the kept workers of special groups), not
+    evaluated again; ``n_workers`` is the gentype's usable worker count.
     """
-    ex_w, ex_r = excluded
-    reps = take_rows(rq, representatives)
-    position = pd.Index(representatives).get_indexer(ex_r)
-    hit = position >= 0
-    elig = eligibility(
-        wk, reps, gentype, (ex_w[hit], position[hit]), vocabulary_size,
-        with_competition=False, every_request_special=True,
-    )
-    assert elig.eligible_workers is not None
-    return elig.eligible_workers[elig.row - elig.n_groups]
+    if elig.row_words is None:
+        raise ValueError("might_stall needs the eligibility stage's row tables (Eligibility.row_words)")
+    return unpack_words(elig.row_words(rows), n_workers)
 
 
 def stall(
@@ -205,10 +192,8 @@ def stall(
     if len(looked):
         ev = window_events(snapshot, wk, gentype, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
-        first = np.full(len(rows), -1, np.int64)
-        first[row_of[::-1]] = looked[::-1]
         if len(ev.d_time) or len(ev.c_time):
-            member = membership(wk, rq, gentype, first, excluded, vocabulary_size)
+            member = membership(elig, rows, int(np.count_nonzero(wk.usable & (wk.gentype == gentype))))
         else:  # no history: no worker's membership matters
             member = np.zeros((len(rows), 1), bool)
         takes = elig.competition
@@ -221,7 +206,7 @@ def stall(
         context.member_sets = row_sets(member)
         context.takeable_sets = None if takeable is None else row_sets(takeable)
         _shared_returns(context, member, row_of, looked)
-        _recent_returns(context, member, row_of, looked)
+        _recent_by_time(context, member, row_of, looked)
         _shared_dispatches(context, member, row_of, looked)
         _recent_dispatches(context, member, row_of, looked)
         if takeable is not None:
@@ -268,7 +253,7 @@ def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, 
 def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
     """Matched returns, their work per half and incompleteness, per row, for the requests whose window is the full 300 s."""
     ev = context.ev
-    shared = context.start[looked] == context.now - WINDOW_SECONDS
+    shared = context.rq.created[looked] < context.now - WINDOW_SECONDS
     k = looked[shared]
     if len(k) == 0 or len(ev.c_time) == 0:
         return
@@ -287,24 +272,56 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
 
 
-def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
-    """Returns of the requests whose window starts at their creation, read below their start, their midpoint and after.
+def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
+    """One pass for the requests created within the window: their returns, and the sums of their pops.
 
-    Every return kept is at or before now, so the sums below +inf are the
-    row's totals; the halves and the unmatched returns in the window are
-    differences of those sums.
+    Every sum is read below each request's start c, its midpoint and after
+    (every event kept is at or before now, so the sums after are the row's
+    totals); halves are differences of those sums. Items (columns of
+    ``weights``):
+
+    * returns, by time: matched, unmatched, matched work;
+    * pops (those not recorded before their request's creation), by time:
+      every pop, priority passes, active ones; the other pops and active ones
+      (before c they are ahead of a request of the lowest priority);
+    * for requests at the lowest priority of the pops, the pops that precede
+      them and arrive: priority passes or higher priority, by creation (work,
+      count); and the other pops ahead by queue key: higher priority (read as
+      created at -inf), or the lowest priority created before c (count,
+      active).
+
+    The pops' sums are kept in ``context.by_time`` for :func:`_recent_dispatches`.
     """
     ev = context.ev
-    recent = context.start[looked] > context.now - WINDOW_SECONDS
+    recent = context.rq.created[looked] >= context.now - WINDOW_SECONDS
     k, rows = looked[recent], row_of[recent]
-    if len(k) == 0 or len(ev.c_time) == 0:
+    context.by_time = None
+    if len(k) == 0 or len(ev.c_time) + len(ev.d_time) == 0:
         return
-    weights = np.stack([ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]).astype(np.float64)
+    d = np.flatnonzero(ev.d_created <= ev.d_time)
+    context.lowest = int(ev.d_priority[d].min()) if len(d) else 0
+    pp, active, prio = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool), ev.d_priority[d]
+    arriving, plain = np.flatnonzero(pp | (prio > context.lowest)), np.flatnonzero(~pp)
+    groups = [  # (item columns, item x, weights)
+        (ev.c_worker, ev.c_time, [ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]),
+        (ev.d_worker[d], ev.d_time[d], [np.ones(len(d)), pp, pp & active, ~pp, ~pp & active]),
+        (ev.d_worker[d[arriving]], ev.d_created[d[arriving]], [ev.d_work[d[arriving]], np.ones(len(arriving))]),
+        (ev.d_worker[d[plain]], np.where(prio[plain] > context.lowest, -np.inf, ev.d_created[d[plain]]),
+         [np.ones(len(plain)), active[plain]]),
+    ]
+    sizes = [len(g[1]) for g in groups]
+    weights = np.zeros((sum(len(g[2]) for g in groups), sum(sizes)))
+    row, at = 0, 0
+    for (_, _, ws), size in zip(groups, sizes):
+        weights[row : row + len(ws), at : at + size] = ws
+        row, at = row + len(ws), at + size
     start = context.start[k]
     # A request created after now has no window: its midpoint falls before its start.
     middle = np.maximum(context.middle[k], start)
     below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
-                        item_col=ev.c_worker, item_x=ev.c_time, weights=weights)
+                        item_col=np.concatenate([g[0] for g in groups]), item_x=np.concatenate([g[1] for g in groups]),
+                        weights=weights)
+    context.by_time, context.arriving_pops = below[3:], d[arriving]
     halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
     context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
     for h, half in enumerate(halves):
@@ -313,6 +330,18 @@ def _recent_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
         context.out["returned_capacity"][k] += count
         # Differences of sums: a half with no return has exactly no work.
         context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
+
+
+def _created_at(context: _Context, member: np.ndarray, k: np.ndarray, rows: np.ndarray, pops: np.ndarray) -> np.ndarray:
+    """``(work, count)`` of the ``pops`` by the requests' eligible workers whose request was created exactly at theirs."""
+    ev = context.ev
+    by_created = pops[np.argsort(ev.d_created[pops], kind="stable")]
+    created = ev.d_created[by_created]
+    c = context.rq.created[k]
+    q, j = expand_ranges(np.searchsorted(created, c, "left"), np.searchsorted(created, c, "right"))
+    held = member[rows[q], ev.d_worker[by_created[j]]]
+    q, pop = q[held], by_created[j[held]]
+    return np.stack([np.bincount(q, weights=ev.d_work[pop], minlength=len(k)), np.bincount(q, minlength=len(k))])
 
 
 def _key_ranks(priority: np.ndarray, created: np.ndarray) -> np.ndarray:
@@ -400,26 +429,40 @@ def _recent_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
     odd = ev.d_created > ev.d_time
     context.pairs(member, k, rows, np.flatnonzero(odd))
     d = np.flatnonzero(~odd)
-    n, pp, active = len(k), ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(np.float64)
+    n, pp = len(k), ev.d_priority_pass[d].astype(bool)
     c, p = rq.created[k], rq.priority[k].astype(np.int64)
-    seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([c, np.full(n, np.inf)]), item_col=ev.d_worker[d],
-                       item_x=ev.d_time[d], weights=np.stack([np.ones(len(d)), pp, pp * active]))
-    seen = seen[:, 1] - seen[:, 0]  # every pop since c; those of priority passes
+    by_time = context.by_time  # see _recent_by_time
+    seen = by_time[:3, 2] - by_time[:3, 0]  # every pop since c; those of priority passes (all, active)
+    # Requests at the lowest priority of the pops read the rest from the same pass; the others below.
+    slow = np.flatnonzero(p != context.lowest)
+    fast = np.flatnonzero(p == context.lowest)
     # By queue key, every pop ahead of the request; a pop before c that is ahead has a priority at least p
     # (its request was created before c), so those since c are the ones ahead less those before c of
-    # priority at least p (above p - 1).
-    plain = np.stack([~pp, ~pp * active]).astype(np.float64)
-    rank = _key_ranks(np.r_[ev.d_priority[d], p].astype(np.float64), np.r_[ev.d_created[d], c])
-    ahead = binned_sums(sets=context.member_sets, query_row=rows, query_x=rank[len(d) :][None, :], item_col=ev.d_worker[d],
-                        item_x=rank[: len(d)], weights=plain)[:, 0]
-    before = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p - 1, query_x=c[None, :], item_col=ev.d_worker[d],
-                            item_level=ev.d_priority[d].astype(np.int64), item_x=ev.d_time[d], weights=plain)[:, 0]
+    # priority at least p (above p - 1): every other pop before c when p is at or below every pop's.
+    plain = np.stack([~pp, ~pp & ev.d_active[d].astype(bool)]).astype(np.float64)
+    ahead = by_time[7:9, 0].copy()
+    rank = _key_ranks(np.r_[ev.d_priority[d], p[slow]].astype(np.float64), np.r_[ev.d_created[d], c[slow]])
+    ahead[:, slow] = binned_sums(sets=context.member_sets, query_row=rows[slow], query_x=rank[len(d) :][None, :],
+                                 item_col=ev.d_worker[d], item_x=rank[: len(d)], weights=plain)[:, 0]
+    before = by_time[3:5, 0].copy()
+    high = np.flatnonzero(p > context.lowest)
+    before[:, high] = dominance_sums(sets=context.member_sets, query_row=rows[high], query_level=p[high] - 1,
+                                     query_x=c[high][None, :], item_col=ev.d_worker[d], item_level=ev.d_priority[d].astype(np.int64),
+                                     item_x=ev.d_time[d], weights=plain)[:, 0]
     # Arriving: preceding pops created after c, in each half: of higher priority, or from a priority pass.
-    c_up = np.nextafter(c, np.inf)
-    cuts = np.stack([c_up, np.maximum(context.middle[k], c_up), np.full(n, np.nextafter(now, np.inf))])
-    by_created = dominance_sums(sets=context.member_sets, query_row=rows, query_level=p, query_x=cuts, item_col=ev.d_worker[d],
-                                item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)),
-                                item_x=ev.d_created[d], weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    by_created = np.zeros((2, 3, n))
+    c_up = np.nextafter(c[slow], np.inf)
+    cuts = np.stack([c_up, np.maximum(context.middle[k[slow]], c_up), np.full(len(slow), np.nextafter(now, np.inf))])
+    by_created[:, :, slow] = dominance_sums(
+        sets=context.member_sets, query_row=rows[slow], query_level=p[slow], query_x=cuts, item_col=ev.d_worker[d],
+        item_level=np.where(pp, TOP_LEVEL, ev.d_priority[d].astype(np.int64)), item_x=ev.d_created[d],
+        weights=np.stack([ev.d_work[d], np.ones(len(d))]))
+    # The pass read "created before c"; arriving work starts after c: the pops created at c count before it.
+    at_c = _created_at(context, member, k[fast], rows[fast], context.arriving_pops)
+    fast_sums = by_time[5:7][:, :, fast]
+    fast_sums[:, 0] += at_c
+    fast_sums[:, 1] += np.where(context.middle[k[fast]] <= c[fast], at_c, 0.0)
+    by_created[:, :, fast] = fast_sums
     figures = np.stack([seen[0], *(seen[1:] + ahead - before)])  # relevant, preceding, active preceding
     arriving = np.stack([by_created[:, h + 1] - by_created[:, h] for h in (0, 1)])  # half, (work, count)
     _take_back(context, k, rows, member, figures, arriving)

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 CELLS_PER_PRODUCT = 1 << 22
-PAIR_COST = 8.0  # a pair within a bin against a cell of the table
+# Rough costs (ns) of the steps binned_sums weighs: a pair within a bin; a column read for one query
+# (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product.
+COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12}
 MAX_BINS = 1024
-BINS_PER_READ = 4
+READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
+COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
@@ -35,43 +38,44 @@ MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its l
 
 @dataclass(frozen=True)
 class RowSets:
-    """A boolean (row, column) matrix with its sparser side in compressed rows.
+    """A boolean (row, column) matrix with each row's sparser side in compressed rows.
 
-    ``complement``: the compressed side is the columns a row does not hold.
-    ``indptr`` / ``indices`` are empty when neither side is sparse enough to be
-    read column by column (:data:`SPARSE_BELOW`).
+    Per row, ``complement`` says the stored columns are those it does not hold;
+    ``dense`` rows store nothing (neither side is few enough to be read column
+    by column, :data:`SPARSE_BELOW`) and are read by matrix products.
     """
 
     matrix: np.ndarray
-    complement: bool
+    dense: np.ndarray
+    complement: np.ndarray
     indptr: np.ndarray
     indices: np.ndarray
 
-    @property
-    def sparse(self) -> bool:
-        return len(self.indptr) > 0
-
 
 def row_sets(matrix: np.ndarray | RowSets) -> RowSets:
-    """``matrix`` with its sparser side compressed when it is sparse enough.
+    """``matrix`` with each row's sparser side compressed when it is sparse enough.
 
     Examples
     --------
-    >>> held = np.ones((2, 20), dtype=bool)
+    >>> held = np.ones((3, 40), dtype=bool)
     >>> held[1, 3] = False
+    >>> held[2, 20:] = False
     >>> s = row_sets(held)
-    >>> s.complement, s.indptr.tolist(), s.indices.tolist()
-    (True, [0, 0, 1], [3])
+    >>> s.dense.tolist(), s.complement.tolist(), s.indptr.tolist(), s.indices.tolist()
+    ([False, False, True], [True, True, False], [0, 0, 1, 1], [3])
     """
     if isinstance(matrix, RowSets):
         return matrix
-    density = float(matrix.mean()) if matrix.size else 0.0
-    complement = density > 0.5
-    empty = np.zeros(0, np.int64)
-    if min(density, 1.0 - density) > SPARSE_BELOW:
-        return RowSets(matrix, complement, empty, empty)
-    row, col = np.nonzero(~matrix if complement else matrix)
-    return RowSets(matrix, complement, np.searchsorted(row, np.arange(len(matrix) + 1)), col.astype(np.int64))
+    n_cols = matrix.shape[1]
+    held = np.count_nonzero(matrix, axis=1)
+    complement = held * 2 > n_cols
+    stored = np.where(complement, n_cols - held, held)
+    dense = stored > SPARSE_BELOW * n_cols
+    sparse = np.flatnonzero(~dense)
+    row, col = np.nonzero(matrix[sparse] ^ complement[sparse, None])
+    sizes = np.zeros(len(matrix), np.int64)
+    sizes[sparse] = np.bincount(row, minlength=len(sparse))
+    return RowSets(matrix, dense, complement, np.r_[0, np.cumsum(sizes)], col.astype(np.int64))
 
 
 def binned_sums(
@@ -98,25 +102,27 @@ def binned_sums(
     e = len(item_x)
     if n == 0 or e == 0:
         return out
-    sets = row_sets(sets)
+    sets, query_row, item_col = _compact(row_sets(sets), query_row, item_col)
     order = np.argsort(item_x, kind="stable")
     xs, col, w = item_x[order], item_col[order].astype(np.int64), weights[:, order].astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
-    # Bins balance the table (columns x bins) against the pairs within a bin (queries x items per bin).
-    n_bins = int(np.clip(np.sqrt(PAIR_COST * n_t * n * e / (sets.matrix.shape[1] * len(weights) + 1)), 1, min(e, MAX_BINS)))
+    rows, row_at = np.unique(query_row, return_inverse=True)
+    # A threshold above every item reads each row's totals.
+    everything = np.all(below == e, axis=1)
+    some = np.flatnonzero(~everything)
+    product, n_bins = _plan(sets, rows, len(some) * n, e, len(w))
     step = -(-e // n_bins)
     full = below // step
     # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
-    table = _table(sets.matrix.shape[1], col, w, n_bins, step).astype(np.float32 if exact32 else np.float64)
-    # A threshold above every item reads each row's totals.
-    everything = np.all(below == e, axis=1)
-    rows, row_at = np.unique(query_row, return_inverse=True)
-    totals = sets.matrix[rows].astype(table.dtype) @ table.reshape(len(table), -1, len(w))[:, -1] if everything.any() else None
-    some = np.flatnonzero(~everything)
+    table = _table(sets.matrix.shape[1], col, w, n_bins, step, np.float32 if exact32 else np.float64)
+    totals = sets.matrix[rows].astype(table.dtype) @ table[-1] if everything.any() else None
     if len(some):
         part = np.zeros((len(w), len(some), n))
-        _read(part, table, sets, query_row, full[some])
+        if product:
+            _read_product(part, table, sets.matrix, rows, row_at.ravel(), full[some])
+        else:
+            _read(part, table, sets, query_row, full[some])
         out[:, some] = part
     for t in np.flatnonzero(everything):
         out[:, t] = totals[row_at.ravel()].T
@@ -125,61 +131,146 @@ def binned_sums(
     flat, item = expand_ranges(full.ravel() * step, below.ravel())
     row = np.tile(query_row, n_t)[flat]
     held = sets.matrix[row, col[item]]
-    flat, item = flat[held], item[held]
-    for m in range(len(w)):
-        out[m] += np.bincount(flat, weights=w[m, item], minlength=n_t * n).reshape(n_t, n)
+    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.ascontiguousarray(w.T)[item[held]])
     return out
 
 
-def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int) -> np.ndarray:
-    """``table[c, b * nw + m]``: the sum of ``w[m]`` over the first ``b * step`` items of column ``c``."""
+def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
+    """``out[:, target[i]] += values[i]``, ``target`` grouped in runs of equal values, each value in one run.
+
+    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight.
+
+    Examples
+    --------
+    >>> out = np.zeros((1, 3))
+    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0], [2.0], [4.0]]))
+    >>> out.tolist()
+    [[4.0, 0.0, 3.0]]
+    """
+    if len(target) == 0:
+        return
+    starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
+    out[:, target[starts]] += np.add.reduceat(values, starts, axis=0).T
+
+
+def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tuple[RowSets, np.ndarray, np.ndarray]:
+    """``sets`` cut to the queried rows and the columns items fall in, when that drops many columns.
+
+    A column no item falls in adds nothing to any sum; reading it costs as much as any other.
+    """
+    present, local_col = np.unique(item_col, return_inverse=True)
+    if len(present) > COMPACT_BELOW * sets.matrix.shape[1]:
+        return sets, query_row, item_col
+    rows, query_row = np.unique(query_row, return_inverse=True)
+    return row_sets(sets.matrix[rows][:, present]), query_row.ravel(), local_col.ravel()
+
+
+def _plan(sets: RowSets, rows: np.ndarray, n_queries: int, n_items: int, n_weights: int) -> tuple[bool, int]:
+    """How to read the table, and how many bins: whichever costs less by :data:`COSTS`.
+
+    Bins balance the table reads against the pairs within a bin (queries x
+    items per bin). Read per query, a query costs its row's columns (or its
+    stored side); read as one product of every queried row with the whole
+    table, a row costs columns x bins, whatever its queries.
+    """
+    n_cols = sets.matrix.shape[1]
+    pair = COSTS["pair"] * n_queries * n_items / 2
+    dense = sets.dense[rows]
+    per_query_cols = n_cols * dense.mean() + COSTS["stored"] / COSTS["column"] * (1 - dense.mean()) * (
+        (sets.indptr[rows + 1] - sets.indptr[rows]).mean())
+    cell = COSTS["cell"] * n_cols * n_weights
+    bins_q = np.sqrt(pair / cell)
+    cost_q = COSTS["column"] * n_queries * per_query_cols + 2 * np.sqrt(pair * cell)
+    cell_p = cell + COSTS["product"] * len(rows) * n_cols * n_weights
+    bins_p = np.sqrt(pair / cell_p)
+    cost_p = 2 * np.sqrt(pair * cell_p)
+    product = cost_p < cost_q
+    return bool(product), int(np.clip(bins_p if product else bins_q, 1, min(n_items, MAX_BINS)))
+
+
+def _read_product(out: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.ndarray, row_at: np.ndarray,
+                  full: np.ndarray) -> None:
+    """Each (query, threshold)'s row of ``sets`` times the table at its boundary, from products of whole rows.
+
+    ``rows`` are the distinct queried rows, ``row_at`` each query's place among them.
+    """
+    n_w, n_t, n = out.shape
+    n_cells = len(table)
+    table = table.transpose(1, 0, 2).reshape(table.shape[1], -1)  # (columns, cells x weights)
+    flat = out.reshape(n_w, n_t * n)
+    at, cell = np.tile(row_at, n_t), full.ravel()
+    chunk = max(1, CELLS_PER_PRODUCT // max(table.shape[1], 1))
+    order = np.argsort(at, kind="stable")
+    bounds = np.searchsorted(at[order], np.arange(0, len(rows) + chunk, chunk))
+    for j, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        first = j * chunk
+        product = (sets[rows[first : first + chunk]].astype(table.dtype) @ table).reshape(-1, n_cells, n_w)
+        q = order[lo:hi]
+        flat[:, q] = product[at[q] - first, cell[q]].T
+
+
+def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int, dtype: type) -> np.ndarray:
+    """``table[b, c, m]``: the sum of ``w[m]`` over the first ``b * step`` items of column ``c``.
+
+    Boundaries outermost, so the running sum adds whole contiguous rows.
+    """
     n_w = len(w)
-    cell = col * (n_bins + 1) + np.arange(len(col)) // step + 1
-    table = np.stack([np.bincount(cell, weights=w[m], minlength=n_cols * (n_bins + 1)) for m in range(n_w)], axis=-1)
-    return np.cumsum(table.reshape(n_cols, n_bins + 1, n_w), axis=1).reshape(n_cols, -1)
+    cell = ((np.arange(len(col)) // step + 1) * n_cols + col) * n_w
+    table = np.bincount((cell[None, :] + np.arange(n_w)[:, None]).ravel(), weights=w.ravel(),
+                        minlength=(n_bins + 1) * n_cols * n_w)
+    return np.cumsum(table.reshape(n_bins + 1, n_cols * n_w), axis=0, dtype=dtype).reshape(n_bins + 1, n_cols, n_w)
 
 
 def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarray, full: np.ndarray) -> None:
-    """Each (query, threshold)'s row of ``sets`` times the table at its boundary."""
-    if not sets.sparse:
-        _read_table(out, table, sets.matrix, query_row, full)
-        return
-    n_w, n_t, n = out.shape
-    table = table.reshape(-1, n_w)
-    n_cells = table.shape[0] // max(sets.matrix.shape[1], 1)
-    rows, cell = np.tile(query_row, n_t), full.ravel()
-    flat = out.reshape(n_w, n_t * n)
-    # Column by column over the stored side, a chunk of (query, threshold)s at a time.
-    sizes = sets.indptr[rows + 1] - sets.indptr[rows]
-    per_chunk = max(1, CELLS_PER_PRODUCT // max(int(sizes.max(initial=1)), 1))
-    for lo in range(0, len(rows), per_chunk):
-        f = np.arange(lo, min(lo + per_chunk, len(rows)))
-        i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        values = table[sets.indices[j] * n_cells + cell[f[i]]]
-        for m in range(n_w):
-            flat[m, f] = np.bincount(i, weights=values[:, m], minlength=len(f))
-    if sets.complement:
-        flat[:] = table.reshape(-1, n_cells, n_w).sum(axis=0)[cell].T - flat
-
-
-def _read_table(out: np.ndarray, table: np.ndarray, sets: np.ndarray, query_row: np.ndarray, full: np.ndarray) -> None:
     """Each (query, threshold)'s row of ``sets`` times the table at its boundary.
 
-    Queries are taken by runs of :data:`BINS_PER_READ` boundaries: one product
+    Dense rows by products (:func:`_read_table`); the others column by column
+    over their stored side, a chunk of (query, threshold)s at a time.
+    """
+    n_w, n_t, n = out.shape
+    rows, cell = np.tile(query_row, n_t), full.ravel()
+    flat = out.reshape(n_w, n_t * n)
+    dense = sets.dense[rows]
+    if dense.any():
+        _read_table(flat, table, sets.matrix, rows, cell, np.flatnonzero(dense))
+    sparse = np.flatnonzero(~dense)
+    if len(sparse) == 0:
+        return
+    n_cols = table.shape[1]
+    by_cell = table.reshape(-1, n_w)
+    sizes = sets.indptr[rows[sparse] + 1] - sets.indptr[rows[sparse]]
+    ends = np.cumsum(sizes)
+    per_chunk = CELLS_PER_PRODUCT // 4
+    lo = 0
+    while lo < len(sparse):
+        hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
+        f = sparse[lo:hi]
+        i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
+        _add_runs(flat, f[i], by_cell[cell[f[i]] * n_cols + sets.indices[j]])
+        lo = hi
+    flip = sparse[sets.complement[rows[sparse]]]
+    if len(flip):
+        totals = table.sum(axis=1, dtype=np.float64)
+        flat[:, flip] = totals[cell[flip]].T - flat[:, flip]
+
+
+def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.ndarray, cell: np.ndarray,
+                which: np.ndarray) -> None:
+    """``flat[:, q]``: row ``rows[q]`` of ``sets`` times the table at boundary ``cell[q]``, for the ``q`` in ``which``.
+
+    Queries are taken by runs of a few boundaries (:data:`READ_COLUMNS`): one product
     per run of the queries' rows with those boundaries' columns, so each query
     costs a few columns rather than every boundary of every row.
     """
-    n_w, n_t, n = out.shape
-    n_cols = table.shape[0]
-    table = table.reshape(n_cols, -1, n_w)
-    rows, cell = np.tile(query_row, n_t), full.ravel()
-    order = np.argsort(cell, kind="stable")
-    edges = np.searchsorted(cell[order], np.arange(0, table.shape[1] + BINS_PER_READ, BINS_PER_READ))
-    flat = out.reshape(n_w, n_t * n)
+    n_w = flat.shape[0]
+    n_cols = table.shape[1]
+    order = which[np.argsort(cell[which], kind="stable")]
+    per_read = max(1, READ_COLUMNS // n_w)
+    edges = np.searchsorted(cell[order], np.arange(0, len(table) + per_read, per_read))
     chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
     for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
-        first = b * BINS_PER_READ
-        block = table[:, first : first + BINS_PER_READ].reshape(n_cols, -1)
+        first = b * per_read
+        block = table[first : first + per_read].transpose(1, 0, 2).reshape(n_cols, -1)
         for start in range(lo, hi, chunk):
             q = order[start : min(hi, start + chunk)]
             sums = (sets[rows[q]].astype(table.dtype) @ block).reshape(len(q), -1, n_w)
@@ -263,7 +354,7 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     qq, item = q[i], by_level[j]
     held = sets.matrix[query_row[qq], item_col[item]]
     qq, item = qq[held], item[held]
+    by_item = np.ascontiguousarray(weights.T)
     for t in range(query_x.shape[0]):
         low = item_x[item] < query_x[t, qq]
-        for m in range(len(weights)):
-            out[m, t] += np.bincount(qq[low], weights=weights[m, item[low]], minlength=out.shape[2])
+        _add_runs(out[:, t], qq[low], by_item[item[low]])

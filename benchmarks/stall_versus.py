@@ -1,0 +1,116 @@
+"""might_stall's cost in two checkouts of vecsched, side by side in one run.
+
+Usage::
+
+    python -m benchmarks.stall_versus BEFORE_TREE AFTER_TREE --workers 2000 --requests 50000 --rounds 4
+
+Each tree runs in its own long-lived subprocess (``PYTHONPATH`` = the tree) on the same synthetic
+horde with five minutes of history (``vecsched.synthetic_history``); they take turns, one estimate
+per turn (one cold estimate first, not counted), so both see the machine's load of the same minute.
+Prints one JSON object: per tree the median ``stall`` stage and SPEC 3-6 seconds (prepare, horde,
+eligibility, competition, figures) and the median of their per-estimate ratio (the issue's target:
+at most 0.30), and the median over rounds of after's stall seconds over before's. ``--profile``
+adds, per tree, the median seconds of each function the stall stage calls (cProfile, cumulative),
+which slows both trees alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+_CHILD = r"""
+import cProfile, json, pstats, sys
+import vecsched
+import vecsched.core.estimate as estimate_module
+from vecsched.synthetic import horde
+from vecsched.synthetic_history import with_history
+
+workers, requests, seed, profile = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+snapshot = with_history(horde(workers=workers, requests=requests, seed=seed), seed=seed)
+vecsched.estimate(snapshot)  # cold run, not counted
+print(json.dumps({"ready": True}), flush=True)
+stage = estimate_module._stall
+for line in sys.stdin:
+    profiler = cProfile.Profile()
+    def profiled(*args):
+        profiler.enable()
+        try:
+            return stage(*args)
+        finally:
+            profiler.disable()
+    estimate_module._stall = profiled if profile else stage
+    timings = vecsched.estimate(snapshot).timings
+    parts = {}
+    if profile:
+        for (path, _, name), (_, _, _, cumulative, callers) in pstats.Stats(profiler).stats.items():
+            if path.endswith("core/stall.py") and any(caller[2] == "stall" for caller in callers):
+                parts[name] = cumulative
+    core = sum(v for k, v in timings.items() if k not in ("stall", "forecasts"))
+    print(json.dumps({"stall": timings["stall"], "core": core, "parts": parts}), flush=True)
+"""
+
+
+def _start(tree: str, workers: int, requests: int, seed: int, profile: bool) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    return subprocess.Popen([sys.executable, "-c", _CHILD, str(workers), str(requests), str(seed), str(int(profile))],
+                            cwd=os.path.abspath(tree), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _turn(child: subprocess.Popen[str]) -> dict[str, Any]:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    return json.loads(child.stdout.readline())
+
+
+def _summary(tree: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"tree": tree, "stall_s": statistics.median(r["stall"] for r in runs),
+                           "estimate_3_6_s": statistics.median(r["core"] for r in runs),
+                           "ratio": statistics.median(r["stall"] / r["core"] for r in runs),
+                           "ratios": [round(r["stall"] / r["core"], 3) for r in runs]}
+    names = sorted({name for r in runs for name in r["parts"]})
+    if names:
+        out["parts_s"] = {name: round(statistics.median(r["parts"].get(name, 0.0) for r in runs), 3) for name in names}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stall_versus", description=__doc__.splitlines()[0])
+    parser.add_argument("before", help="the checkout measured first in the first round")
+    parser.add_argument("after")
+    parser.add_argument("--workers", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=50000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--profile", action="store_true", help="also time each function the stall stage calls")
+    args = parser.parse_args(argv)
+    trees = {"before": args.before, "after": args.after}
+    children = {name: _start(tree, args.workers, args.requests, args.seed, args.profile) for name, tree in trees.items()}
+    try:
+        for child in children.values():
+            json.loads(child.stdout.readline())  # type: ignore[union-attr]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+        for k in range(args.rounds):
+            # Alternate which tree goes first, so neither always follows the other.
+            for name in list(trees) if k % 2 == 0 else list(reversed(trees)):
+                runs[name].append(_turn(children[name]))
+    finally:
+        for child in children.values():
+            child.stdin.close()  # type: ignore[union-attr]
+            child.wait()
+    out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds}
+    out.update({name: _summary(trees[name], runs[name]) for name in trees})
+    out["after_stall_over_before"] = statistics.median(
+        a["stall"] / b["stall"] for b, a in zip(runs["before"], runs["after"], strict=True))
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
