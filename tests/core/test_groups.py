@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vecsched.core.groups import (
     factorize_rows,
+    or_rows_dense,
     overlap_matrix,
     pack_words,
     set_codes,
@@ -70,3 +71,21 @@ def test_pack_words_round_trip_and_unique_rows(rows):
     first, inverse = unique_rows(words)
     np.testing.assert_array_equal(matrix[first][inverse], matrix)
     assert len(first) == len({tuple(r) for r in rows})
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(1, 20),
+    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=19),
+    st.lists(st.tuples(st.integers(0, 19), st.integers(0, 18)), max_size=80),
+)
+def test_or_rows_dense_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
+    matrix = np.array(rows, dtype=bool)
+    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]  # repeats kept
+    key = np.array([k for k, _ in pairs], dtype=np.int64)
+    source = np.array([s for _, s in pairs], dtype=np.int64)
+    want = np.zeros((n_keys, matrix.shape[1]), dtype=bool)
+    for k, s in pairs:
+        want[k] |= matrix[s]
+    got = unpack_words(or_rows_dense(key, source, pack_words(matrix), n_keys), matrix.shape[1])
+    np.testing.assert_array_equal(got, want)

@@ -32,7 +32,8 @@ competition, the takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -43,6 +44,7 @@ from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
+    or_rows_dense,
     overlap_matrix,
     pack_words,
     set_codes,
@@ -63,7 +65,9 @@ class Takes:
     ----------
     takeable : ndarray of uint64
         Per row of the result (see :attr:`Eligibility.row`), the signatures its
-        eligible workers could take, as 64-bit words.
+        eligible workers could take, as 64-bit words. Formed on first read:
+        of the SPEC 3-6 stages only text competition (and image competition
+        with ``eligible_image_wait``) reads it, might_stall reads it per gentype.
     signature : ndarray
         Each request's (merged) signature.
     n_signatures : int
@@ -74,11 +78,16 @@ class Takes:
         The take class of each usable worker of the gentype, in worker row order.
     """
 
-    takeable: np.ndarray
     signature: np.ndarray
     n_signatures: int
     class_rows: np.ndarray
     worker_class: np.ndarray
+    rows_of: Callable[[np.ndarray], np.ndarray] = field(repr=False, compare=False)  # class_rows -> takeable
+
+    @cached_property
+    def takeable(self) -> np.ndarray:
+        """Each row's takeable signatures (see the class docstring)."""
+        return self.rows_of(self.class_rows)
 
 
 @dataclass(frozen=True)
@@ -506,14 +515,18 @@ def _takes(
     can_take = sets.overlap[np.ix_(sets.r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
     merged_first, merged_of = unique_rows(pack_words(can_take))
     class_rows = pack_words(np.ascontiguousarray(can_take[merged_first].T))  # class -> signatures
-    n_class, n_special = len(class_first), len(found.sums)
-    takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
-    if shared.n and n_class:
-        takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
-    if len(found.present) and n_class:
-        pair = found.present  # (special group, class), deduplicated per block
-        takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-    return Takes(takeable, merged_of[raw_sig], len(merged_first), class_rows, w_class)
+
+    def rows_of(class_rows: np.ndarray) -> np.ndarray:
+        n_class, n_special = len(class_first), len(found.sums)
+        takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
+        if shared.n and n_class:
+            takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+        if len(found.present) and n_class:
+            pair = found.present  # (special group, class), deduplicated per block
+            takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+        return takeable
+
+    return Takes(merged_of[raw_sig], len(merged_first), class_rows, w_class, rows_of)
 
 
 def _shared_takeable(
@@ -701,11 +714,16 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
 
     Keys with the same set of sources are answered once: many groups (all
-    "any model" groups with alike flags, say) OR the same classes.
+    "any model" groups with alike flags, say) OR the same classes. Where the
+    pairs are dense (a key ORs, on average, more than one source in four of
+    every eight), lookup tables over eight sources at a time cost less
+    (:func:`vecsched.core.groups.or_rows_dense`).
     """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
     if len(key) == 0:
         return out
+    if n_keys * -(-len(rows) // 8) <= 2 * len(key):
+        return or_rows_dense(key, source, rows, n_keys)
     order = np.lexsort((source, key))
     key, source = key[order], source[order]
     lists = ListColumn(np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))].astype(np.int64), source)
