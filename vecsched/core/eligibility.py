@@ -442,6 +442,11 @@ def _special_sums(
         local = np.full(len(wk.ids), -1, dtype=np.int64)
         local[cols.worker_rows] = np.arange(nw)
         step = max(1, BLOCK_ELEMENTS // nw)
+        if classes is not None:
+            # Workers by take class: a class is among a group's workers when any of its run is.
+            w_class, n_class = classes
+            by_class = np.argsort(w_class, kind="stable")
+            class_start = np.searchsorted(w_class[by_class], np.arange(n_class))
         for start in range(0, n_special, step):
             sg = np.arange(start, min(start + step, n_special))
             final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, special.representative[sg])
@@ -449,9 +454,8 @@ def _special_sums(
             if workers is not None:
                 workers[sg] = final
             if classes is not None:
-                w_class, n_class = classes
-                group, worker = np.nonzero(final)
-                present.append(np.unique(sg[group] * n_class + w_class[worker]))
+                group, klass = np.nonzero(np.logical_or.reduceat(final[:, by_class], class_start, axis=1))
+                present.append(sg[group] * n_class + klass)
     return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
 
 
