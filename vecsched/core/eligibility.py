@@ -439,24 +439,34 @@ def _special_sums(
     workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
     present: list[np.ndarray] = []
     if n_special and nw:
-        local = np.full(len(wk.ids), -1, dtype=np.int64)
-        local[cols.worker_rows] = np.arange(nw)
         step = max(1, BLOCK_ELEMENTS // nw)
-        if classes is not None:
-            # Workers by take class: a class is among a group's workers when any of its run is.
-            w_class, n_class = classes
-            by_class = np.argsort(w_class, kind="stable")
-            class_start = np.searchsorted(w_class[by_class], np.arange(n_class))
+        # Groups of alike model sets share a block, so that a block reads only
+        # the workers whose sets overlap one of its groups' (the others fail
+        # the model gate): cost follows the overlapping workers, not all.
+        by_set = np.argsort(sets.r_set[special.representative], kind="stable")
+        local = np.full(len(wk.ids), -1, dtype=np.int64)
         for start in range(0, n_special, step):
-            sg = np.arange(start, min(start + step, n_special))
-            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, special.representative[sg])
-            sums[sg] = final.astype(np.float64) @ w_values
+            sg = by_set[start : start + step]
+            reqs = special.representative[sg]
+            columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
+            local[cols.worker_rows[columns]] = np.arange(len(columns))
+            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
+            local[cols.worker_rows[columns]] = -1
+            sums[sg] = final.astype(np.float64) @ w_values[columns]
             if workers is not None:
-                workers[sg] = final
-            if classes is not None:
-                group, klass = np.nonzero(np.logical_or.reduceat(final[:, by_class], class_start, axis=1))
-                present.append(sg[group] * n_class + klass)
+                workers[np.ix_(sg, columns)] = final
+            if classes is not None and len(columns):
+                present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
     return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
+
+
+def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
+    """``group * n_class + class`` for each take class among each group's eligible workers (``final`` rows)."""
+    by_class = np.argsort(column_class, kind="stable")
+    sorted_class = column_class[by_class]
+    starts = np.flatnonzero(np.r_[True, sorted_class[1:] != sorted_class[:-1]])
+    group, klass = np.nonzero(np.logical_or.reduceat(final[:, by_class], starts, axis=1))
+    return groups[group] * n_class + sorted_class[starts][klass]
 
 
 def _special_block(
@@ -469,10 +479,15 @@ def _special_block(
     excluded: tuple[np.ndarray, np.ndarray],
     local: np.ndarray,
     reqs: np.ndarray,
+    columns: np.ndarray,
 ) -> np.ndarray:
-    """``final[i, j]``: usable worker ``j`` is eligible for request ``reqs[i]``."""
-    wr = cols.worker_rows
-    other = sets.overlap[sets.r_set[reqs]][:, sets.w_set] & flags.passes[flags.r_flags[reqs]][:, flags.w_flags]
+    """``final[i, j]``: usable worker ``columns[j]`` is eligible for request ``reqs[i]``.
+
+    ``local`` maps a worker row to its place in ``columns`` (-1 elsewhere).
+    """
+    wr = cols.worker_rows[columns]
+    w_set, w_flags = sets.w_set[columns], flags.w_flags[columns]
+    other = sets.overlap[sets.r_set[reqs]][:, w_set] & flags.passes[flags.r_flags[reqs]][:, w_flags]
     owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
     other &= ~wk.maintenance[wr] | (wk.user[wr] == owner[:, None])
     targeted = rq.targets.take(reqs)
@@ -489,7 +504,7 @@ def _special_block(
         ex_local = local[ex_workers[hit]]
         ok = ex_local >= 0
         other[row_of[ok], ex_local[ok]] = False
-    fast = other & flags.speed_ok[flags.r_flags[reqs]][:, flags.w_flags]
+    fast = other & flags.speed_ok[flags.r_flags[reqs]][:, w_flags]
     # A chat request keeps to fast workers unless none passes its other gates.
     use_fast = ~cols.chat[reqs] | fast.any(axis=1)
     return np.where(use_fast[:, None], fast, other)
