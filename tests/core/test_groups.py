@@ -89,3 +89,17 @@ def test_or_rows_dense_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
         want[k] |= matrix[s]
     got = unpack_words(or_rows_dense(key, source, pack_words(matrix), n_keys), matrix.shape[1])
     np.testing.assert_array_equal(got, want)
+
+
+def test_or_rows_dense_tabulates_busy_runs_and_ors_quiet_ones_alike():
+    # Run 0 serves 600 keys x 8 sources (tabulated), the last run a handful of pairs.
+    rng = np.random.default_rng(5)
+    matrix = rng.random((21, 130)) < 0.3
+    dense_pairs = [(k, s) for k in range(600) for s in range(8) if rng.random() < 0.9]
+    quiet_pairs = [(int(rng.integers(0, 600)), int(rng.integers(8, 21))) for _ in range(40)]
+    key = np.array([k for k, _ in dense_pairs + quiet_pairs])
+    source = np.array([s for _, s in dense_pairs + quiet_pairs])
+    want = np.zeros((600, 130), dtype=bool)
+    np.logical_or.at(want, key, matrix[source])
+    got = unpack_words(or_rows_dense(key, source, pack_words(matrix), 600), 130)
+    np.testing.assert_array_equal(got, want)

@@ -55,6 +55,8 @@ from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
+# Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
+DENSE_TABLE_BYTES = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -733,15 +735,15 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
 
     Keys with the same set of sources are answered once: many groups (all
-    "any model" groups with alike flags, say) OR the same classes. Where the
-    pairs are dense (a key ORs, on average, more than one source in four of
-    every eight), lookup tables over eight sources at a time cost less
-    (:func:`vecsched.core.groups.or_rows_dense`).
+    "any model" groups with alike flags, say) OR the same classes. Where its
+    (sources / 8, keys) byte table fits in :data:`DENSE_TABLE_BYTES`,
+    :func:`vecsched.core.groups.or_rows_dense` answers instead: it ORs eight
+    sources at a time and needs no sort.
     """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
     if len(key) == 0:
         return out
-    if n_keys * -(-len(rows) // 8) <= 2 * len(key):
+    if n_keys * -(-len(rows) // 8) <= DENSE_TABLE_BYTES:
         return or_rows_dense(key, source, rows, n_keys)
     order = np.lexsort((source, key))
     key, source = key[order], source[order]

@@ -173,13 +173,14 @@ def unique_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
-    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``, by lookup tables.
+    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``, eight sources at a time.
 
-    Worth it where the (key, source) pairs are dense: sources are taken eight
-    at a time, the 256 ORs of each eight rows are tabulated once, and each
-    key ORs in one table row per eight sources it uses, instead of one row per
-    source. Cost: (keys using the eight) x words per eight sources, plus 256
-    rows per eight; pairs may repeat. Memory: a (keys, sources / 8) byte table.
+    Sources are taken in runs of eight. Where a run serves many pairs, the 256
+    ORs of its eight rows are tabulated once and each key using the run ORs in
+    one table row; elsewhere each of the eight rows is ORed into the keys
+    using it. Cost: per run, the cheaper of (256 + keys using it) and (its
+    pairs) rows of words; pairs may repeat. Memory: a (sources / 8, keys)
+    byte table.
 
     Examples
     --------
@@ -192,19 +193,24 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
     out = np.zeros((n_keys, n_words), dtype=rows.dtype)
     if len(key) == 0:
         return out
-    n_chunks = -(-n_rows // 8)
-    # chunk_bits[k, c]: which of the eight sources of chunk c key k uses (bit b: source 8c + b).
-    chunk_bits = np.zeros((n_keys, n_chunks), dtype=np.uint8)
-    np.bitwise_or.at(chunk_bits, (key, source // 8), (1 << (source % 8)).astype(np.uint8))
-    padded = np.zeros((n_chunks * 8, n_words), dtype=rows.dtype)
+    n_runs = -(-n_rows // 8)
+    # run_bits[r, k]: which of the eight sources of run r key k uses (bit b: source 8r + b).
+    run_bits = np.zeros((n_runs, n_keys), dtype=np.uint8)
+    np.bitwise_or.at(run_bits, (source // 8, key), (1 << (source % 8)).astype(np.uint8))
+    pairs_in_run = np.bincount(source // 8, minlength=n_runs)
+    padded = np.zeros((n_runs * 8, n_words), dtype=rows.dtype)
     padded[:n_rows] = rows
     table = np.zeros((256, n_words), dtype=rows.dtype)
-    for chunk in range(n_chunks):
-        users = np.flatnonzero(chunk_bits[:, chunk])
-        if len(users) == 0:
-            continue
-        eight = padded[chunk * 8 : chunk * 8 + 8]
-        for b in range(8):  # table[v] = OR of the rows whose bits v sets, built by doubling
-            table[1 << b : 2 << b] = table[: 1 << b] | eight[b]
-        out[users] |= table[chunk_bits[users, chunk]]
+    for run in np.flatnonzero(pairs_in_run):
+        bits = run_bits[run]
+        users = np.flatnonzero(bits)
+        eight = padded[run * 8 : run * 8 + 8]
+        if pairs_in_run[run] > 256 + len(users):
+            for b in range(8):  # table[v] = OR of the rows whose bits v sets, built by doubling
+                table[1 << b : 2 << b] = table[: 1 << b] | eight[b]
+            out[users] |= table[bits[users]]
+        else:
+            for b in range(8):
+                using = users[(bits[users] >> b) & 1 == 1]
+                out[using] |= eight[b]
     return out
