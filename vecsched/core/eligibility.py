@@ -451,11 +451,15 @@ def _special_sums(
             sg = by_set[start : start + step]
             reqs = special.representative[sg]
             columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
+            if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
+                columns = np.arange(nw)
             local[cols.worker_rows[columns]] = np.arange(len(columns))
             final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
             local[cols.worker_rows[columns]] = -1
             sums[sg] = final.astype(np.float64) @ w_values[columns]
-            if workers is not None:
+            if workers is not None and len(columns) == nw:
+                workers[sg] = final
+            elif workers is not None:
                 workers[np.ix_(sg, columns)] = final
             if classes is not None and len(columns):
                 present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
