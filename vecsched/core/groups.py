@@ -179,8 +179,8 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
     ORs of its eight rows are tabulated once and each key using the run ORs in
     one table row; elsewhere each of the eight rows is ORed into the keys
     using it. Cost: per run, the cheaper of (256 + keys using it) and (its
-    pairs) rows of words; pairs may repeat. Memory: a (sources / 8, keys)
-    byte table.
+    pairs) rows of words; pairs may repeat. Keys using the same sources are
+    answered once. Memory: (sources / 8, keys) bytes, twice.
 
     Examples
     --------
@@ -194,10 +194,15 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
     if len(key) == 0:
         return out
     n_runs = -(-n_rows // 8)
-    # run_bits[r, k]: which of the eight sources of run r key k uses (bit b: source 8r + b).
-    run_bits = np.zeros((n_runs, n_keys), dtype=np.uint8)
-    np.bitwise_or.at(run_bits, (source // 8, key), (1 << (source % 8)).astype(np.uint8))
-    pairs_in_run = np.bincount(source // 8, minlength=n_runs)
+    # key_bits[k, r]: which of the eight sources of run r key k uses (bit b: source 8r + b).
+    key_bits = np.zeros((n_keys, n_runs), dtype=np.uint8)
+    np.bitwise_or.at(key_bits, (key, source // 8), (1 << (source % 8)).astype(np.uint8))
+    # Keys with the same sources (special groups copying their group's classes) are ORed once.
+    as_void = np.ascontiguousarray(key_bits).view(np.dtype((np.void, n_runs))).ravel()
+    _, first, same = np.unique(as_void, return_index=True, return_inverse=True)
+    run_bits = np.ascontiguousarray(key_bits[first].T)  # (runs, distinct keys)
+    pairs_in_run = np.bitwise_count(run_bits).sum(axis=1, dtype=np.int64)
+    out = np.zeros((len(first), n_words), dtype=rows.dtype)
     padded = np.zeros((n_runs * 8, n_words), dtype=rows.dtype)
     padded[:n_rows] = rows
     table = np.zeros((256, n_words), dtype=rows.dtype)
@@ -213,4 +218,4 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
             for b in range(8):
                 using = users[(bits[users] >> b) & 1 == 1]
                 out[using] |= eight[b]
-    return out
+    return out[same.ravel()]
