@@ -10,7 +10,10 @@ at the same time: the machine is shared, so absolute times drift. Each tree
 runs in its own subprocess (``PYTHONPATH`` = the tree), synthesizes the same
 horde, and the two take turns: one estimate and one floor pass per turn, one
 cold estimate first (not counted). Prints one JSON object: per tree the
-median estimate and floor seconds and their ratio, and the after/before ratio.
+median estimate and floor seconds and their ratio, the median of each stage
+(``Estimates.timings``) and of the SPEC 3-6 stages together, each over the
+floor, and the after/before ratios. ``--horde adversarial`` gives every request
+2-5 random models (``benchmarks/adversarial.py``).
 """
 
 from __future__ import annotations
@@ -29,24 +32,30 @@ from benchmarks.floor import one_pass
 import vecsched
 from vecsched.synthetic import horde
 
-snapshot = horde(workers=int(sys.argv[1]), requests=int(sys.argv[2]), seed=int(sys.argv[3]))
+if sys.argv[4] == "adversarial":
+    from benchmarks.adversarial import adversarial_horde as horde
+snapshot = horde(int(sys.argv[1]), int(sys.argv[2]), seed=int(sys.argv[3]))
 vecsched.estimate(snapshot)  # cold run, not counted
 print(json.dumps({"ready": True, "waiting": len(vecsched.estimate(snapshot))}), flush=True)
 for line in sys.stdin:
     start = time.perf_counter()
-    vecsched.estimate(snapshot)
+    est = vecsched.estimate(snapshot)
     batch = time.perf_counter() - start
     start = time.perf_counter()
     one_pass(snapshot)
     floor = time.perf_counter() - start
-    print(json.dumps({"batch": batch, "floor": floor}), flush=True)
+    print(json.dumps({"batch": batch, "floor": floor, "stages": est.timings}), flush=True)
 """
 
 
-def _start(tree: str, workers: int, requests: int, seed: int) -> subprocess.Popen[str]:
+# The stages of SPEC sections 3-6 (might_stall and the forecasts are sections 7 and 8).
+SPEC_STAGES = ("prepare", "horde", "eligibility", "competition", "figures")
+
+
+def _start(tree: str, workers: int, requests: int, seed: int, kind: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
     return subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(workers), str(requests), str(seed)],
+        [sys.executable, "-c", _CHILD, str(workers), str(requests), str(seed), kind],
         cwd=os.path.abspath(tree),
         env=env,
         stdin=subprocess.PIPE,
@@ -70,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=50000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--horde", choices=("realistic", "adversarial"), default="realistic",
+                        help="adversarial: every request names 2-5 random models (benchmarks/adversarial.py)")
     args = parser.parse_args(argv)
     trees = {"before": args.before, "after": args.after}
-    children = {name: _start(tree, args.workers, args.requests, args.seed) for name, tree in trees.items()}
+    children = {name: _start(tree, args.workers, args.requests, args.seed, args.horde) for name, tree in trees.items()}
     try:
         ready = {name: json.loads(child.stdout.readline()) for name, child in children.items()}  # type: ignore[union-attr]
         times: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
@@ -85,13 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         for child in children.values():
             child.stdin.close()  # type: ignore[union-attr]
             child.wait()
-    out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds}
+    out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds,
+                           "horde": args.horde}  # fmt: skip
     for name, tree in trees.items():
         batch = statistics.median(t["batch"] for t in times[name])
         floor = statistics.median(t["floor"] for t in times[name])
+        stages = {stage: statistics.median(t["stages"].get(stage, 0.0) for t in times[name])
+                  for stage in sorted({s for t in times[name] for s in t["stages"]})}  # fmt: skip
+        spec = statistics.median(sum(t["stages"].get(s, 0.0) for s in SPEC_STAGES) for t in times[name])
         out[name] = {"tree": tree, "waiting": ready[name]["waiting"], "batch_s": batch, "floor_s": floor,
-                     "ratio": batch / floor}  # fmt: skip
+                     "ratio": batch / floor, "stages_s": stages, "spec_3_6_s": spec,
+                     "spec_3_6_over_floor": spec / floor,
+                     "stage_over_floor": {stage: value / floor for stage, value in stages.items()}}  # fmt: skip
     out["after_over_before"] = out["after"]["ratio"] / out["before"]["ratio"]
+    out["spec_3_6_after_over_before"] = out["after"]["spec_3_6_over_floor"] / out["before"]["spec_3_6_over_floor"]
     print(json.dumps(out, indent=1))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -61,6 +62,34 @@ def test_every_path_is_taken_on_one_queue():
     )
     before = position[None, :] < position[members][:, None]
     takes = takeable[klass][:, signature] & before
+    np.testing.assert_array_equal(count, takes.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (takes * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (takes * work).sum(1))
+
+
+@pytest.mark.parametrize("block", [1 << 22, 64])
+def test_sweep_and_walk_split_one_queue_and_agree_with_brute_force(monkeypatch, block):
+    # Classes of one member and scattered takeable sets go to the sweep, big
+    # classes to the walk; small blocks make the sweep cut its members and
+    # ranks into many blocks.
+    from vecsched.core import competition as module
+
+    monkeypatch.setattr(module, "BLOCK", block)
+    monkeypatch.setattr(module, "SWEEP_BLOCK", 16 if block == 64 else module.SWEEP_BLOCK)
+    rng = np.random.default_rng(11)
+    n, n_sig, n_class = 500, 90, 40
+    position = rng.permutation(3 * n)[:n]
+    signature = rng.integers(0, n_sig, n)
+    jobs = rng.integers(1, 5, n)
+    work = jobs * rng.integers(1, 4000, n)
+    takeable = rng.random((n_class, n_sig)) < rng.random((n_class, 1))
+    members = np.sort(rng.choice(n, 300, replace=False))
+    klass = np.where(rng.random(300) < 0.7, rng.integers(0, 3, 300), rng.integers(3, n_class, 300))
+    packed = pack_words(takeable)
+    swept = module._dense_classes(packed, n_sig, np.bincount(klass, minlength=n_class))[klass]
+    assert swept.any() and not swept.all()
+    count, jobs_ahead, work_ahead = competition(position, signature, klass, packed, n_sig, jobs, work, members)
+    takes = takeable[klass][:, signature] & (position[None, :] < position[members][:, None])
     np.testing.assert_array_equal(count, takes.sum(1))
     np.testing.assert_array_equal(jobs_ahead, (takes * jobs).sum(1))
     np.testing.assert_array_equal(work_ahead, (takes * work).sum(1))

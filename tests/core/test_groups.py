@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vecsched.core.groups import (
     factorize_rows,
+    or_rows_dense,
     overlap_matrix,
     pack_words,
     set_codes,
@@ -70,3 +71,35 @@ def test_pack_words_round_trip_and_unique_rows(rows):
     first, inverse = unique_rows(words)
     np.testing.assert_array_equal(matrix[first][inverse], matrix)
     assert len(first) == len({tuple(r) for r in rows})
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(1, 20),
+    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=19),
+    st.lists(st.tuples(st.integers(0, 19), st.integers(0, 18)), max_size=80),
+)
+def test_or_rows_dense_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
+    matrix = np.array(rows, dtype=bool)
+    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]  # repeats kept
+    key = np.array([k for k, _ in pairs], dtype=np.int64)
+    source = np.array([s for _, s in pairs], dtype=np.int64)
+    want = np.zeros((n_keys, matrix.shape[1]), dtype=bool)
+    for k, s in pairs:
+        want[k] |= matrix[s]
+    got = unpack_words(or_rows_dense(key, source, pack_words(matrix), n_keys), matrix.shape[1])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_or_rows_dense_tabulates_busy_runs_and_ors_quiet_ones_alike():
+    # Run 0 serves 600 keys x 8 sources (tabulated), the last run a handful of pairs.
+    rng = np.random.default_rng(5)
+    matrix = rng.random((21, 130)) < 0.3
+    dense_pairs = [(k, s) for k in range(600) for s in range(8) if rng.random() < 0.9]
+    quiet_pairs = [(int(rng.integers(0, 600)), int(rng.integers(8, 21))) for _ in range(40)]
+    key = np.array([k for k, _ in dense_pairs + quiet_pairs])
+    source = np.array([s for _, s in dense_pairs + quiet_pairs])
+    want = np.zeros((600, 130), dtype=bool)
+    np.logical_or.at(want, key, matrix[source])
+    got = unpack_words(or_rows_dense(key, source, pack_words(matrix), 600), 130)
+    np.testing.assert_array_equal(got, want)

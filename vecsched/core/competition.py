@@ -16,6 +16,12 @@ So a pair costs ``min(requests of the signature, members of the class)``.
 Where a class could take nearly everything, it is answered as "everything
 ahead, less what it could not take", which walks the (small) complement.
 Takeable sets stay bit-packed and are unpacked a block of classes at a time.
+
+Classes of few members that differ from both in many signatures are not
+walked: their members are answered by one sweep over queue order (per block
+of members, running per-signature sums times each member's takeable row),
+which costs a multiply-add per (member, signature) instead of several vector
+operations per walked pair.
 """
 
 from __future__ import annotations
@@ -71,10 +77,110 @@ def competition(
     out = tuple(np.zeros(len(members), dtype=np.int64) for _ in range(3))
     if n == 0 or len(members) == 0:
         return out  # type: ignore[return-value]
-    # Ranks 0..n-1 in queue order, so positions index arrays.
     by_position = np.argsort(position, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[by_position] = np.arange(n)
+    dense = _dense_classes(class_takeable, n_signatures, np.bincount(competition_class, minlength=len(class_takeable)))
+    swept = dense[competition_class]
+    if swept.any():
+        answered = _sweep(
+            rank[members[swept]], competition_class[swept], class_takeable, n_signatures,
+            signature[by_position], np.stack([np.ones(n), jobs[by_position], work[by_position]], axis=1),
+        )
+        for j in range(3):
+            out[j][swept] = answered[:, j]
+    walked = ~swept
+    if walked.any():
+        used, klass = np.unique(competition_class[walked], return_inverse=True)
+        answered = _walk(rank, signature, klass.ravel(), class_takeable[used], n_signatures, jobs, work, members[walked])
+        for j in range(3):
+            out[j][walked] = answered[j]
+    return out  # type: ignore[return-value]
+
+
+# A swept member costs about this many walked pairs per signature (see _dense_classes):
+# measured on the realistic horde, 1/128 beat 1/16 at 2,000 x 50,000 (0.28 s against
+# 0.34 s) and at 20,000 x 1,000,000 (35 s against 81 s, loaded machine).
+SWEEP_COST = 1 / 128
+# Unpacked elements per block of swept members.
+SWEEP_BLOCK = 1 << 18
+
+
+def _dense_classes(class_takeable: np.ndarray, n_signatures: int, class_size: np.ndarray) -> np.ndarray:
+    """Which classes are answered by the sweep over queue order rather than by walking pairs.
+
+    Walking a class costs a few vector operations per (member or request,
+    signature) pair of its difference from "nothing" or "everything"; the sweep
+    costs one multiply-add per (member, signature), many times cheaper, but
+    over every signature. Classes with few members and large differences
+    (every class of a horde whose requests name random model sets, and most
+    small classes of a realistic one) go to the sweep.
+    """
+    taken = np.bitwise_count(class_takeable).sum(axis=1, dtype=np.int64)
+    difference = np.minimum(taken, n_signatures - taken)
+    return class_size * n_signatures * SWEEP_COST < difference
+
+
+def _sweep(
+    at: np.ndarray,
+    member_class: np.ndarray,
+    class_takeable: np.ndarray,
+    n_signatures: int,
+    sig_in_order: np.ndarray,
+    weights_in_order: np.ndarray,
+) -> np.ndarray:
+    """Count, jobs and work ahead of members at ranks ``at``, by one pass over queue order.
+
+    Members are taken in queue order, a block at a time. ``running`` holds,
+    per signature, the count, jobs and work of the requests before the block;
+    each member adds its takeable row times ``running`` (a matrix product) and
+    the takeable requests between the block's start and itself. Sums of
+    integers in float64 stay exact below 2**53.
+    """
+    order = np.argsort(at, kind="stable")
+    at, member_class = at[order], member_class[order]
+    answered = np.zeros((len(at), 3))
+    running = np.zeros((n_signatures, 3))
+    done = 0  # ranks below ``done`` are in ``running``
+    # Blocks small enough for the unpacked rows to stay in cache.
+    step = max(8, SWEEP_BLOCK // max(n_signatures, 1))
+    a = 0
+    while a < len(at):
+        start = int(at[a])
+        # A block spans at most ``step`` members and BLOCK / step ranks.
+        stop = min(a + step, int(np.searchsorted(at, start + max(BLOCK // step, 1), side="left")))
+        stop = max(stop, a + 1)
+        for j in range(3):
+            running[:, j] += np.bincount(sig_in_order[done:start], weights_in_order[done:start, j], n_signatures)
+        done = start
+        rows = np.unpackbits(class_takeable[member_class[a:stop]].view(np.uint8), axis=1, count=n_signatures)
+        block = rows @ running
+        between = np.arange(start, int(at[stop - 1]))
+        takes = rows[:, sig_in_order[between]] * (between[None, :] < at[a:stop, None])
+        answered[a:stop] = block + takes @ weights_in_order[between]
+        a = stop
+    out = np.empty_like(answered)
+    out[order] = answered
+    return np.rint(out).astype(np.int64)
+
+
+def _walk(
+    rank: np.ndarray,
+    signature: np.ndarray,
+    competition_class: np.ndarray,
+    class_takeable: np.ndarray,
+    n_signatures: int,
+    jobs: np.ndarray,
+    work: np.ndarray,
+    members: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Count, jobs and work ahead of ``members`` by walking (class, signature) pairs (module docstring).
+
+    ``rank`` is each queued request's place in queue order (0..n-1).
+    """
+    n = len(rank)
+    out = tuple(np.zeros(len(members), dtype=np.int64) for _ in range(3))
+    by_position = np.argsort(rank, kind="stable")
     at = rank[members]
     stride = n + 1
 

@@ -32,7 +32,8 @@ competition, the takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -43,6 +44,7 @@ from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
+    or_rows_dense,
     overlap_matrix,
     pack_words,
     set_codes,
@@ -53,6 +55,8 @@ from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
+# Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
+DENSE_TABLE_BYTES = 1 << 27
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,9 @@ class Takes:
     ----------
     takeable : ndarray of uint64
         Per row of the result (see :attr:`Eligibility.row`), the signatures its
-        eligible workers could take, as 64-bit words.
+        eligible workers could take, as 64-bit words. Formed on first read:
+        of the SPEC 3-6 stages only text competition (and image competition
+        with ``eligible_image_wait``) reads it, might_stall reads it per gentype.
     signature : ndarray
         Each request's (merged) signature.
     n_signatures : int
@@ -74,11 +80,16 @@ class Takes:
         The take class of each usable worker of the gentype, in worker row order.
     """
 
-    takeable: np.ndarray
     signature: np.ndarray
     n_signatures: int
     class_rows: np.ndarray
     worker_class: np.ndarray
+    rows_of: Callable[[np.ndarray], np.ndarray] = field(repr=False, compare=False)  # class_rows -> takeable
+
+    @cached_property
+    def takeable(self) -> np.ndarray:
+        """Each row's takeable signatures (see the class docstring)."""
+        return self.rows_of(self.class_rows)
 
 
 @dataclass(frozen=True)
@@ -436,20 +447,38 @@ def _special_sums(
     workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
     present: list[np.ndarray] = []
     if n_special and nw:
-        local = np.full(len(wk.ids), -1, dtype=np.int64)
-        local[cols.worker_rows] = np.arange(nw)
         step = max(1, BLOCK_ELEMENTS // nw)
+        # Groups of alike model sets share a block, so that a block reads only
+        # the workers whose sets overlap one of its groups' (the others fail
+        # the model gate): cost follows the overlapping workers, not all.
+        by_set = np.argsort(sets.r_set[special.representative], kind="stable")
+        local = np.full(len(wk.ids), -1, dtype=np.int64)
         for start in range(0, n_special, step):
-            sg = np.arange(start, min(start + step, n_special))
-            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, special.representative[sg])
-            sums[sg] = final.astype(np.float64) @ w_values
-            if workers is not None:
+            sg = by_set[start : start + step]
+            reqs = special.representative[sg]
+            columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
+            if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
+                columns = np.arange(nw)
+            local[cols.worker_rows[columns]] = np.arange(len(columns))
+            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
+            local[cols.worker_rows[columns]] = -1
+            sums[sg] = final.astype(np.float64) @ w_values[columns]
+            if workers is not None and len(columns) == nw:
                 workers[sg] = final
-            if classes is not None:
-                w_class, n_class = classes
-                group, worker = np.nonzero(final)
-                present.append(np.unique(sg[group] * n_class + w_class[worker]))
+            elif workers is not None:
+                workers[np.ix_(sg, columns)] = final
+            if classes is not None and len(columns):
+                present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
     return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
+
+
+def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
+    """``group * n_class + class`` for each take class among each group's eligible workers (``final`` rows)."""
+    by_class = np.argsort(column_class, kind="stable")
+    sorted_class = column_class[by_class]
+    starts = np.flatnonzero(np.r_[True, sorted_class[1:] != sorted_class[:-1]])
+    group, klass = np.nonzero(np.logical_or.reduceat(final[:, by_class], starts, axis=1))
+    return groups[group] * n_class + sorted_class[starts][klass]
 
 
 def _special_block(
@@ -462,10 +491,15 @@ def _special_block(
     excluded: tuple[np.ndarray, np.ndarray],
     local: np.ndarray,
     reqs: np.ndarray,
+    columns: np.ndarray,
 ) -> np.ndarray:
-    """``final[i, j]``: usable worker ``j`` is eligible for request ``reqs[i]``."""
-    wr = cols.worker_rows
-    other = sets.overlap[sets.r_set[reqs]][:, sets.w_set] & flags.passes[flags.r_flags[reqs]][:, flags.w_flags]
+    """``final[i, j]``: usable worker ``columns[j]`` is eligible for request ``reqs[i]``.
+
+    ``local`` maps a worker row to its place in ``columns`` (-1 elsewhere).
+    """
+    wr = cols.worker_rows[columns]
+    w_set, w_flags = sets.w_set[columns], flags.w_flags[columns]
+    other = sets.overlap[sets.r_set[reqs]][:, w_set] & flags.passes[flags.r_flags[reqs]][:, w_flags]
     owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
     other &= ~wk.maintenance[wr] | (wk.user[wr] == owner[:, None])
     targeted = rq.targets.take(reqs)
@@ -482,7 +516,7 @@ def _special_block(
         ex_local = local[ex_workers[hit]]
         ok = ex_local >= 0
         other[row_of[ok], ex_local[ok]] = False
-    fast = other & flags.speed_ok[flags.r_flags[reqs]][:, flags.w_flags]
+    fast = other & flags.speed_ok[flags.r_flags[reqs]][:, w_flags]
     # A chat request keeps to fast workers unless none passes its other gates.
     use_fast = ~cols.chat[reqs] | fast.any(axis=1)
     return np.where(use_fast[:, None], fast, other)
@@ -512,14 +546,18 @@ def _takes(
     can_take = sets.overlap[np.ix_(sets.r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
     merged_first, merged_of = unique_rows(pack_words(can_take))
     class_rows = pack_words(np.ascontiguousarray(can_take[merged_first].T))  # class -> signatures
-    n_class, n_special = len(class_first), len(found.sums)
-    takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
-    if shared.n and n_class:
-        takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
-    if len(found.present) and n_class:
-        pair = found.present  # (special group, class), deduplicated per block
-        takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-    return Takes(takeable, merged_of[raw_sig], len(merged_first), class_rows, w_class)
+
+    def rows_of(class_rows: np.ndarray) -> np.ndarray:
+        n_class, n_special = len(class_first), len(found.sums)
+        takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
+        if shared.n and n_class:
+            takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+        if len(found.present) and n_class:
+            pair = found.present  # (special group, class), deduplicated per block
+            takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+        return takeable
+
+    return Takes(merged_of[raw_sig], len(merged_first), class_rows, w_class, rows_of)
 
 
 def _shared_takeable(
@@ -707,11 +745,16 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
 
     Keys with the same set of sources are answered once: many groups (all
-    "any model" groups with alike flags, say) OR the same classes.
+    "any model" groups with alike flags, say) OR the same classes. Where its
+    (sources / 8, keys) byte table fits in :data:`DENSE_TABLE_BYTES`,
+    :func:`vecsched.core.groups.or_rows_dense` answers instead: it ORs eight
+    sources at a time and needs no sort.
     """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
     if len(key) == 0:
         return out
+    if n_keys * -(-len(rows) // 8) <= DENSE_TABLE_BYTES:
+        return or_rows_dense(key, source, rows, n_keys)
     order = np.lexsort((source, key))
     key, source = key[order], source[order]
     lists = ListColumn(np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))].astype(np.int64), source)
