@@ -20,9 +20,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
 import cProfile, json, pstats, sys
@@ -56,19 +59,6 @@ for line in sys.stdin:
 """
 
 
-def _start(tree: str, workers: int, requests: int, seed: int, profile: bool) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    return subprocess.Popen([sys.executable, "-c", _CHILD, str(workers), str(requests), str(seed), str(int(profile))],
-                            cwd=os.path.abspath(tree), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-
-def _turn(child: subprocess.Popen[str]) -> dict[str, Any]:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
-    return json.loads(child.stdout.readline())
-
-
 def _summary(tree: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"tree": tree, "stall_s": statistics.median(r["stall"] for r in runs),
                            "estimate_3_6_s": statistics.median(r["core"] for r in runs),
@@ -91,19 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also time each function the stall stage calls")
     args = parser.parse_args(argv)
     trees = {"before": args.before, "after": args.after}
-    children = {name: _start(tree, args.workers, args.requests, args.seed, args.profile) for name, tree in trees.items()}
-    try:
-        for child in children.values():
-            json.loads(child.stdout.readline())  # type: ignore[union-attr]
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
-        for k in range(args.rounds):
-            # Alternate which tree goes first, so neither always follows the other.
-            for name in list(trees) if k % 2 == 0 else list(reversed(trees)):
-                runs[name].append(_turn(children[name]))
-    finally:
-        for child in children.values():
-            child.stdin.close()  # type: ignore[union-attr]
-            child.wait()
+    child_args = [str(args.workers), str(args.requests), str(args.seed), str(int(args.profile))]
+    _, runs = take_turns(trees, _CHILD, child_args, args.rounds)
     out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds}
     out.update({name: _summary(trees[name], runs[name]) for name in trees})
     out["after_stall_over_before"] = statistics.median(

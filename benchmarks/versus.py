@@ -22,9 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any
+
+if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
 import json, sys, time
@@ -52,28 +55,9 @@ for line in sys.stdin:
 SPEC_STAGES = ("prepare", "horde", "eligibility", "competition", "figures")
 
 
-def _start(tree: str, workers: int, requests: int, seed: int, kind: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
-    return subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(workers), str(requests), str(seed), kind],
-        cwd=os.path.abspath(tree),
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _turn(child: subprocess.Popen[str]) -> dict[str, float]:
-    assert child.stdin is not None and child.stdout is not None
-    child.stdin.write("go\n")
-    child.stdin.flush()
-    return json.loads(child.stdout.readline())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.versus", description=__doc__.splitlines()[0])
-    parser.add_argument("before", help="the checkout measured first in each round")
+    parser.add_argument("before", help="the checkout measured first in the first round")
     parser.add_argument("after")
     parser.add_argument("--workers", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=50000)
@@ -83,19 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="adversarial: every request names 2-5 random models (benchmarks/adversarial.py)")
     args = parser.parse_args(argv)
     trees = {"before": args.before, "after": args.after}
-    children = {name: _start(tree, args.workers, args.requests, args.seed, args.horde) for name, tree in trees.items()}
-    try:
-        ready = {name: json.loads(child.stdout.readline()) for name, child in children.items()}  # type: ignore[union-attr]
-        times: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-        for k in range(args.rounds):
-            # Alternate which tree goes first, so neither always follows the other.
-            order = list(trees) if k % 2 == 0 else list(reversed(trees))
-            for name in order:
-                times[name].append(_turn(children[name]))
-    finally:
-        for child in children.values():
-            child.stdin.close()  # type: ignore[union-attr]
-            child.wait()
+    ready, times = take_turns(trees, _CHILD, [str(args.workers), str(args.requests), str(args.seed), args.horde],
+                              args.rounds)
     out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds,
                            "horde": args.horde}  # fmt: skip
     for name, tree in trees.items():
