@@ -258,3 +258,21 @@ def eligible_sets_by_worker(
     return set_of, rep_masks[set_first], wk.threads[worker_rows]
 
 
+
+
+@EXAMPLES
+@given(doc=hordes(max_workers=8, max_requests=16))
+def test_row_words_evaluate_special_rows_when_their_workers_were_not_kept(doc: dict[str, Any]) -> None:
+    """Without competition the special groups' workers are not kept: row_words evaluates them itself."""
+    note(json.dumps(doc))
+    snapshot = vecsched.load_snapshot(doc)
+    batch = E._prepare(snapshot)
+    for gentype in (TEXT, IMAGE):
+        mine = np.flatnonzero(batch.queue.gentype == gentype)
+        if len(mine) == 0:
+            continue
+        kept = E._eligibility(batch, gentype, mine, len(snapshot.model_names), True)
+        lazy = E._eligibility(batch, gentype, mine, len(snapshot.model_names), False)
+        np.testing.assert_array_equal(kept.row, lazy.row)
+        rows = np.unique(kept.row)
+        np.testing.assert_array_equal(lazy.row_words(rows), kept.row_words(rows))

@@ -828,7 +828,7 @@ def _row_words(
                 out[at] = pack_words(found.workers[group])
             else:
                 reps = special.representative[group]
-                out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps))
+                out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps, np.arange(nw)))
         return out
 
     return words
