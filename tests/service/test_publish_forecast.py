@@ -148,3 +148,24 @@ def test_redis_keeps_every_hourly_verdict_even_when_they_say_the_same(redis_stor
     for h in range(3):
         backend.add_verdict(h * 3600.0, {"holds": {NAME: True}})
     assert backend.verdicts(0.0) == [(h * 3600.0, {"holds": {NAME: True}}) for h in range(3)]
+
+
+@pytest.mark.parametrize("record", ["not json", '{"completion_p50": 1.0}', "[]"])
+def test_an_unreadable_forecast_record_leaves_the_adr_answer(horde, record) -> None:
+    store, backend, now = horde
+    _verdicts(backend, now, 24)
+    backend.client.hset(backend.key(IDS["normal"]), f"forecast:{NAME}", record)
+    plain, published = _services(store, now)
+    assert published.publish.approved(now + 1.0)
+    assert published.horde("text_status", IDS["normal"]).body == plain.horde("text_status", IDS["normal"]).body
+    assert published.own(IDS["normal"]).body == plain.own(IDS["normal"]).body
+
+
+def test_a_request_faulted_since_the_cycle_keeps_the_adr_wait_on_the_own_path(horde) -> None:
+    store, backend, now = horde
+    _verdicts(backend, now, 24)
+    publication = ForecastPublication.for_store(NAME, store)
+    faulted = {"waiting": 0, "processing": 0, "finished": 0, "restarted": 1, "done": False, "faulted": True}
+    plain = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted)
+    got = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted, publish=publication)
+    assert got == plain and "forecast" not in got

@@ -7,6 +7,7 @@ prospective state the last cycle published.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,8 @@ from vecsched.service.store.base import Reading, Store
 from vecsched.service.payload import decode_payload
 from vecsched.service.config import open_store
 from vecsched.snapshot.times import iso
+
+log = logging.getLogger("vecsched.read")
 
 DEFAULT_STALE_INTERVALS = 3.0
 """Figures older than this many refresh intervals are stale."""
@@ -191,6 +194,10 @@ def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
         out["wait_time"] = 0
         for name in ("ahead_wait", "might_stall", "unknown", "adr_wait_time", "forecast"):
             out.pop(name, None)
+    elif out.get("faulted") and "adr_wait_time" in out:
+        # A faulted request will not run as forecast: the horde's own figure stands, as on the horde paths.
+        out["wait_time"] = out.pop("adr_wait_time")
+        out.pop("forecast", None)
 
 
 PUBLISHED_PHASES = ("start_p50", "start_p90", "completion_p50", "completion_p90")
@@ -341,14 +348,19 @@ class ForecastPublication:
         """
         if not self.approved(now):
             return None
-        raw = self.backend.record(request_id).get(f"forecast:{self.name}")
-        if not raw:
-            return None
         import json
 
-        doc = json.loads(raw)
-        elapsed = max(now - float(doc["forecasted_at"]), 0.0)
-        out: dict[str, Any] = {"estimator": self.name, "forecasted_at": iso(float(doc["forecasted_at"]))}
+        try:
+            raw = self.backend.record(request_id).get(f"forecast:{self.name}")
+            doc = json.loads(raw) if raw else None
+            forecasted_at = float(doc["forecasted_at"]) if doc else None
+        except Exception:  # noqa: BLE001 - an unreadable record never fails a status read: the ADR wait stands
+            log.debug("forecast record unreadable (%s)", self.name, exc_info=True)
+            return None
+        if forecasted_at is None:
+            return None
+        elapsed = max(now - forecasted_at, 0.0)
+        out: dict[str, Any] = {"estimator": self.name, "forecasted_at": iso(forecasted_at)}
         for key in PUBLISHED_PHASES:
             value = doc.get(key)
             # Seconds from now: what is left of the wait forecast at first sighting.
