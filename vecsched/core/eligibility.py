@@ -106,6 +106,8 @@ class Eligibility:
     competition: Takes | None = None  # with_competition only
     # With every_request_special: each special group's eligible workers.
     eligible_workers: np.ndarray | None = None
+    # The gentype's usable workers (worker rows): the columns of row_words and of any per-worker table.
+    worker_rows: np.ndarray | None = None
     # rows -> their eligible workers (usable workers of the gentype) as pack_words rows, from the
     # same tables (shared rows) and gates (special rows) as the sums; read by the forecasts stage.
     row_words: Callable[[np.ndarray], np.ndarray] | None = None
@@ -156,6 +158,7 @@ def eligibility(
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
         eligible_workers=found.workers if every_request_special else None,
+        worker_rows=cols.worker_rows,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
 

@@ -438,7 +438,7 @@ def gentype_queue(wk: Any, gentype: int, elig: Any, rows: np.ndarray, mean_speed
 
     def sets() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if not built:
-            built.append(eligible_sets(elig, wk.threads[wk.usable & (wk.gentype == gentype)]))
+            built.append(eligible_sets(elig, wk.threads[elig.worker_rows]))
         return built[0]
 
     speed = float("nan") if mean_speed is None else float(mean_speed)

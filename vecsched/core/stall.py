@@ -107,10 +107,9 @@ def evidence_names(codes: np.ndarray) -> list[str | None]:
     return names[codes.astype(np.int64) + 1].tolist()
 
 
-def window_events(snapshot: Snapshot, wk: WorkerArrays, gentype: int, request_ids: np.ndarray) -> Events:
-    """Section 7's events that any request of ``gentype`` can see, as arrays."""
+def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray, request_ids: np.ndarray) -> Events:
+    """Section 7's events that any request can see, as arrays; ``worker_rows`` are the gentype's usable workers."""
     now = snapshot.now
-    worker_rows = np.flatnonzero(wk.usable & (wk.gentype == gentype))
     local = pd.Index(wk.ids[worker_rows])
     d, c = snapshot.dispatches, snapshot.capacity_returns
     returned = pd.Index(c.dispatch_id).unique() if len(c) else pd.Index([], dtype=object)
@@ -190,10 +189,10 @@ def stall(
     counts = np.zeros((2, n), np.int64)  # matched returns per half
     incomplete = np.zeros(n, bool)
     if len(looked):
-        ev = window_events(snapshot, wk, gentype, rq.ids)
+        ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
         if len(ev.d_time) or len(ev.c_time):
-            member = membership(elig, rows, int(np.count_nonzero(wk.usable & (wk.gentype == gentype))))
+            member = membership(elig, rows, len(elig.worker_rows))
         else:  # no history: no worker's membership matters
             member = np.zeros((len(rows), 1), bool)
         takes = elig.competition
