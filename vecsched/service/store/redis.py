@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Iterator
 
 from vecsched.service.store.base import Cycle, Reading, _reading
-from vecsched.service.store.buckets import bucket_fields, unbucket
+from vecsched.service.store.buckets import BUCKETS_FIELD, bucket_commands, unbucket
 
 _SWITCH = """
 -- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
@@ -143,26 +143,67 @@ class RedisStore:
         pending_ttl = int(max(120.0, 20 * cycle.interval))
         grace = int(max(5.0, math.ceil(2 * cycle.interval)))
         meta = json.dumps({"horde": cycle.horde, "requests": len(cycle.request_ids)})
-        fields = bucket_fields(cycle.request_ids, cycle.payloads) if self.bucketed else None
-        if fields is None:
-            # one field per request (asked for, or an id or payload holds a separator)
-            fields = list(map(str.encode, cycle.request_ids)), list(map(str.encode, cycle.payloads))
-        names, values = fields
-        pipe = self.client.pipeline(transaction=False)
-        for start in range(0, len(names), self.chunk):
-            # one HSET of many pre-encoded field/value pairs: redis-py only frames them
-            part = slice(start, start + self.chunk)
-            pairs: list[bytes] = [b""] * (2 * len(names[part]))
-            pairs[0::2], pairs[1::2] = names[part], values[part]
-            pipe.execute_command("HSET", status_key, *pairs)
-            if start == 0:
-                pipe.expire(status_key, pending_ttl)
-        pipe.set(meta_key, meta, ex=pending_ttl)
-        pipe.set(prosp_key, cycle.prospective, ex=pending_ttl)
-        pipe.execute()
+        pool = self.client.connection_pool
+        conn = pool.get_connection()
+        try:
+            # as redis-py's own pipeline does: a dropped connection is retried, the cycle's bytes made again
+            conn.retry.call_with_retry(
+                lambda: self._write(conn, cycle, status_key, pending_ttl, [
+                    (1, conn.pack_command("SET", meta_key, meta, "EX", pending_ttl)),
+                    (1, conn.pack_command("SET", prosp_key, cycle.prospective, "EX", pending_ttl))]),
+                lambda error: conn.disconnect())
+        finally:
+            pool.release(conn)
         keys = [self.current_key, status_key, meta_key, prosp_key]
         switched = self._switch(keys=keys, args=[cycle.id, self.prefix, grace, len(cycle.request_ids)])
         return bool(switched)
+
+    def _write(self, conn: Any, cycle: Cycle, status_key: str, ttl: int, then: list[tuple[int, Any]]) -> None:
+        """Send the status hash's commands, then ``then``, on ``conn`` in one stream; read every reply.
+
+        Nothing is read before everything is sent (a pipeline); the first
+        error reply is raised once all replies are read, and any other failure
+        drops the connection (a command may be half sent).
+        """
+        from redis.exceptions import ResponseError
+
+        replies = 0
+        try:
+            for k, (count, pieces) in enumerate([*self._status_commands(conn, cycle, status_key, ttl), *then]):
+                # a health check pings, which must come before any reply is pending
+                conn.send_packed_command(pieces, check_health=k == 0)
+                replies += count
+            errors = []
+            for _ in range(replies):
+                try:
+                    conn.read_response()
+                except ResponseError as error:
+                    errors.append(error)
+            if errors:
+                raise errors[0]
+        except BaseException:
+            conn.disconnect()
+            raise
+
+    def _status_commands(self, conn: Any, cycle: Cycle, key: str, ttl: int) -> Iterator[tuple[int, Any]]:
+        """The status hash's commands as (replies, wire pieces); the hash has its TTL before its bulk."""
+        wire = bucket_commands(conn.encoder.encode(key), cycle.request_ids, cycle.payloads,
+                               self.chunk) if self.bucketed else None
+        if wire is not None:
+            n_buckets, n_commands, pieces = wire
+            yield 1, conn.pack_command("HSET", key, BUCKETS_FIELD, n_buckets)
+            yield 1, conn.pack_command("EXPIRE", key, ttl)
+            yield n_commands, pieces  # made a few thousand requests at a time, while they are sent
+            return
+        # one field per request (asked for, or an id or payload holds a separator)
+        names, values = list(map(str.encode, cycle.request_ids)), list(map(str.encode, cycle.payloads))
+        for start in range(0, len(names), self.chunk):
+            part = slice(start, start + self.chunk)
+            pairs: list[bytes] = [b""] * (2 * len(names[part]))
+            pairs[0::2], pairs[1::2] = names[part], values[part]
+            yield 1, conn.pack_command("HSET", key, *pairs)
+            if start == 0:
+                yield 1, conn.pack_command("EXPIRE", key, ttl)
 
     def read_status(self, request_id: str) -> Reading | None:
         """The current cycle and request ``request_id``'s payload (None if absent): one round trip.
