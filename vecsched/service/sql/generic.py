@@ -239,7 +239,12 @@ def _list_column(keys: list[Any], vals: list[Any], positions: np.ndarray | None,
         positions = None if positions is None else positions[known]
     # A stable sort by row keeps the position order within each row (and
     # costs little when the key order already is the row order).
-    order = np.argsort(owner, kind="stable") if positions is None else np.lexsort((positions, owner))
+    if positions is None:
+        order = np.argsort(owner, kind="stable")
+    elif len(owner) and 0 <= positions.min() and positions.max() < 2**31:
+        order = np.argsort(owner * 2**31 + positions, kind="stable")  # one key sorts faster than two
+    else:
+        order = np.lexsort((positions, owner))
     owner, vals_arr = owner[order], vals_arr[order]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])

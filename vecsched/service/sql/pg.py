@@ -204,12 +204,12 @@ class _PgFetch(_GenericFetch):
             sql = self._compiled[cache_key] = str(build().compile(dialect=self.conn.dialect))
         return sql
 
-    def _execute(self, sql: str, params: dict[str, Any] | None) -> tuple[tuple[Any, ...], list[int]]:
-        """The one row of ``sql`` and its column type oids."""
+    def _execute(self, sql: str, params: dict[str, Any] | None, arrays: bool = False) -> tuple[tuple[Any, ...], list[int]]:
+        """The one row of ``sql`` and its column type oids; ``arrays``: NumPy parses its numeric arrays."""
         # A cursor of our own: the loaders registered on it change nothing
         # for other users of the connection.
         with self.raw.cursor(binary=True) as cur:
-            for oid in _PG_ARRAYS:
+            for oid in _PG_ARRAYS if arrays else ():
                 cur.adapters.register_loader(oid, self.loader)
             cur.execute(sql, params or None)
             oids = [d.type_code for d in cur.description or ()]
@@ -219,13 +219,15 @@ class _PgFetch(_GenericFetch):
     def _columns(
         self,
         key: str,
-        exprs: list[sa.ColumnElement[Any]],
+        exprs: Callable[[], list[sa.ColumnElement[Any]]],
         text: list[bool],
         where: sa.ColumnElement[bool] | None,
         params: dict[str, Any] | None,
         accept: Callable[[list[int]], None] = lambda oids: None,
     ) -> list[Any]:
-        """The cells of ``exprs`` (labelled ``c0``, ``c1``...), one entry per column, rows in scan order.
+        """The cells of ``exprs()`` (labelled ``c0``, ``c1``...), one entry per column, rows in scan order.
+
+        ``exprs`` is called only to compile a statement not seen before.
 
         Each entry is what :meth:`_raw` takes: a :class:`_PgArray` (fixed-width
         types), a list of cells (text, and types psycopg loads) or None (no
@@ -235,18 +237,18 @@ class _PgFetch(_GenericFetch):
         """
 
         def sub() -> Any:
-            query = sa.select(*exprs)
+            query = sa.select(*exprs())
             return (query if where is None else query.where(where)).subquery("s")
 
         _, oids = self._execute(self._sql(("probe", key), lambda: sa.select(*sub().c).where(sa.false())), params)
         accept(oids)
-        labels = [f"c{k}" for k in range(len(exprs))]
+        labels = [f"c{k}" for k in range(len(text))]
         nullable: set[int] = set()
         odd: set[int] = set()
         for attempt in range(2):
             p = packed.plan(labels, oids, text, nullable, odd)
             sql = self._sql((key, tuple(oids), p.sql), lambda: sa.select(*map(sa.literal_column, p.sql)).select_from(sub()))
-            row, _ = self._execute(sql, params)
+            row, _ = self._execute(sql, params, arrays=any(part.how == "array" for part in p.parts))
             read = packed.parse(p, row, oids)
             if not (read.short_record or read.odd_texts):
                 return [self._cells(c, oid) for c, oid in zip(read.columns, oids)]
@@ -281,10 +283,11 @@ class _PgFetch(_GenericFetch):
         where: sa.ColumnElement[bool] | None = None,
         params: dict[str, Any] | None = None,
     ) -> list[_Raw]:
-        exprs = [
-            (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
-            for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
-        ]
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [
+                (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
+                for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
+            ]
 
         def accept(oids: list[int]) -> None:
             for col, oid in zip(spec, oids):
@@ -326,8 +329,9 @@ class _PgFetch(_GenericFetch):
         params: dict[str, Any] | None = None,
     ) -> tuple[list[Any], list[Any], np.ndarray | None]:
         """Keys, values and positions in scan order (the client orders them: cheaper than a server sort)."""
-        exprs = [_bounded(self.conn, table.c[key]).label("c0"), _bounded(self.conn, table.c[value]).label("c1"),
-                 table.c.position.label("c2")]
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [_bounded(self.conn, table.c[key]).label("c0"), _bounded(self.conn, table.c[value]).label("c1"),
+                    table.c.position.label("c2")]
 
         def accept(oids: list[int]) -> None:
             if oids[2] not in _INTEGERS:
@@ -342,8 +346,10 @@ class _PgFetch(_GenericFetch):
         return _texts(keys), _texts(vals), order
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
-        exprs = [_bounded(self.conn, excluded_pairs.c.worker_id).label("c0"),
-                 _bounded(self.conn, excluded_pairs.c.wp_id).label("c1")]
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [_bounded(self.conn, excluded_pairs.c.worker_id).label("c0"),
+                    _bounded(self.conn, excluded_pairs.c.wp_id).label("c1")]
+
         worker, request = self._columns("pairs", exprs, [True, True], None, None)
         return _texts(worker), _texts(request)
 
