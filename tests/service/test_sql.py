@@ -258,3 +258,78 @@ def test_binary_array_parse_with_and_without_nulls(oid: int, fmt: str, p_null: f
     got = _pg._parse_pg_array(b"".join(parts), oid)
     assert got.null.tolist() == null.tolist()
     assert got.values.tolist() == np.where(null, 0, values > 0 if fmt == "?" else values).tolist()
+
+
+def _fast_only(monkeypatch) -> None:
+    """Make any fallback to the generic read fail the test (the fast path must read these itself)."""
+    monkeypatch.setattr(_generic._GenericFetch, "main", None)
+
+
+def test_fast_path_reads_separators_nulls_and_odd_links_itself(pg_url: str, monkeypatch) -> None:
+    # The packed read assumes no NULL and no separator in a text cell; where
+    # that fails it reads the table again with those columns as arrays, and
+    # the snapshot is the generic path's, value for value.
+    from vecsched.service.sql import packed
+
+    snap = horde(workers=30, requests=200, seed=5)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap, shift_to=NOW.timestamp())
+    sep = packed.SEP
+    with engine.begin() as conn:
+        conn.execute(_sql.waiting_prompts.insert(), [
+            dict(id=f"r{sep}sep", user_id=f"u{sep}{sep}", gentype="text", n=1, jobs=1, created=NOW, expiry=NOW),
+            dict(id="r-null-user", user_id=None, gentype="text", n=1, jobs=1, created=NOW, expiry=NOW),
+        ])
+        conn.execute(_sql.wp_models.insert(), [dict(wp_id=f"r{sep}sep", position=0, model=f"m{sep}x"),
+                                               dict(wp_id=f"r{sep}sep", position=1, model="a")])
+        # A link table without its key constraint: a NULL position sorts last, a NULL value is a bad entry.
+        conn.execute(sa.text("ALTER TABLE worker_models DROP CONSTRAINT worker_models_pkey"))
+        conn.execute(sa.text("ALTER TABLE worker_models ALTER COLUMN position DROP NOT NULL, ALTER COLUMN model DROP NOT NULL"))
+        w = snap.workers.id[0]
+        conn.execute(sa.text("INSERT INTO worker_models VALUES (:w, NULL, 'last'), (:w, 99, 'z-99')"), {"w": w})
+        conn.execute(sa.text("INSERT INTO worker_models VALUES (:w, 100, NULL)"), {"w": snap.workers.id[1]})
+        conn.execute(sa.text("INSERT INTO excluded_pairs VALUES (:w, :r)"), {"w": f"w{sep}", "r": "r"})
+    _fast_only(monkeypatch)
+    fast = _sql.load_horde(engine, NOW.timestamp())
+    monkeypatch.undo()
+    generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
+    _same_snapshot(fast, generic)
+    assert fast.model_lists("requests")[fast.requests.id.tolist().index(f"r{sep}sep")] == [f"m{sep}x", "a"]
+    assert fast.model_lists("workers")[fast.workers.id.tolist().index(w)][-2:] == ["z-99", "last"]
+    assert {(e.id, e.field) for e in fast.rejected} >= {("r-null-user", "user_id"), (snap.workers.id[1], "models")}
+    assert f"w{sep}" in fast.excluded_pairs.worker_id.tolist()
+
+
+def test_fast_path_falls_back_when_rows_change_between_its_reads(pg_url: str, monkeypatch) -> None:
+    # A second read that still does not line up (rows changed in between, in
+    # a caller's READ COMMITTED transaction) goes to the generic path.
+    from vecsched.service.sql import packed
+
+    snap = horde(workers=10, requests=50, seed=3)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    real = packed.parse
+    monkeypatch.setattr(packed, "parse", lambda p, row, oids: packed.Read([], True, []) if row[0] else real(p, row, oids))
+    fast = _sql.load_horde(engine, snap.now)
+    monkeypatch.undo()
+    _same_snapshot(fast, _sql.load_horde(engine, snap.now, fast=False))
+    assert len(fast.requests) == len(snap.requests)
+
+
+def test_link_position_not_an_integer_reads_generically(pg_url: str) -> None:
+    snap = horde(workers=10, requests=50, seed=4)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE wp_models ALTER COLUMN position TYPE text"))
+    _same_snapshot(_sql.load_horde(engine, snap.now), _sql.load_horde(engine, snap.now, fast=False))
+
+
+def test_list_column_attaches_a_repeated_id_to_its_first_row() -> None:
+    import numpy as np
+
+    rows = _generic.RowNumbers(np.array(["a", "b", "a"], dtype=object))
+    col = _generic._list_column(["a", "b", "a", "zz"], ["x", "y", "w", "q"], np.array([1, 0, 0, 0]), rows)
+    assert col.tolist() == [["w", "x"], ["y"], []]
+    col = _generic._list_column(["b", "a", "a"], ["y", "x", "w"], None, rows)
+    assert col.tolist() == [["x", "w"], ["y"], []]

@@ -55,6 +55,36 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
     return out
 
 
+class _Sightings:
+    """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads."""
+
+    def __init__(self) -> None:
+        from vecsched.simulate.production import FirstSightings
+
+        self.inner = FirstSightings()
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, snapshot: Any, estimates: Any) -> None:
+        import pandas as pd
+
+        ids = estimates.request_id
+        new = np.flatnonzero(~pd.Index(ids).isin(list(self.inner.seen)))
+        f = estimates.forecasts.get(NAME)
+        if f is not None and len(new):
+            threads = estimates.columns["eligible_worker_threads"]
+            expiry = snapshot.requests.expiry[estimates.request_index[new]]
+            for k, e in zip(new.tolist(), expiry.tolist()):
+                self.rows[str(ids[k])] = dict(f.row(k), threads=int(threads[k]), left=float(e - snapshot.now),
+                                              at=float(snapshot.now))
+        self.inner(snapshot, estimates)
+
+    def outcomes(self, sim: Any) -> list[Any]:
+        return self.inner.outcomes(sim)
+
+    def replay_rows(self) -> dict[str, dict[str, Any]]:
+        return self.rows
+
+
 def _plain_run(name: Any, minutes: float, seed: int) -> Any:
     """The simulation of :func:`vecsched.simulate.run` (same seed, same events), without estimates."""
     from vecsched.simulate.engine import EXPIRY_SECONDS
@@ -84,30 +114,51 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
     return score_seeds(name, minutes, seeds)[0]
 
 
-def score_seeds(name: str, minutes: float, seeds: Sequence[int]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
-    """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds)."""
-    from vecsched.core.forecasts import ESTIMATORS
-    from vecsched.core.promotion import promotion_document
+def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None
+                ) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
+
+    ``dump``: a pickle file to keep the plain pairs and each request's
+    first-sighting forecast (with its eligible threads and seconds to expiry),
+    to study calibrations and stall rules offline on the same runs.
+    """
     from vecsched.simulate.accuracy import run
-    from vecsched.simulate.production import FirstSightings, seeded
+    from vecsched.simulate.production import seeded
 
     from vecsched.core.forecasts import register
     from vecsched.core.replay import DispatchReplayV1, ReplaySettings
 
     hazards = {seed: cancel_hazards(_plain_run(name, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
     pooled: list[Any] = []
+    sighted: dict[str, dict[str, Any]] = {}
     try:
         for seed in seeds:
             # Cancellations as the job learns them from its pairs, here from other seeds' runs.
             others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
             learned = tuple(float(np.mean(h)) for h in zip(*others))
             register(DispatchReplayV1(settings=replace(ReplaySettings(), cancel_hazard=learned)))
-            sightings = FirstSightings()
+            sightings = _Sightings()
             result = run(name, minutes, seed, on_snapshot=sightings)
             pooled.extend(seeded(sightings.outcomes(result.sim), seed))
+            sighted.update({f"{seed}:{k}": v for k, v in sightings.replay_rows().items()})
     finally:
         enable()
-    pooled += cross_calibrated(pooled)
+    if dump:
+        import pickle
+
+        with open(dump, "wb") as fh:
+            pickle.dump({"scenario": name, "minutes": minutes, "seeds": list(seeds), "pairs": pooled,
+                         "sighted": sighted}, fh)
+    return documents(pooled, seeds)
+
+
+def documents(pooled: list[Any], seeds: Sequence[int]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """The pooled and per-seed promotion documents of plain pairs, with the cross-calibrated series added."""
+    from vecsched.core.forecasts import ESTIMATORS
+    from vecsched.core.promotion import promotion_document
+
+    enable()
+    pooled = pooled + cross_calibrated(pooled)
     names = [*ESTIMATORS, CALIBRATED, "adr-wait", "horde-wide"]
 
     def document(pairs: list[Any], of: Sequence[int]) -> dict[str, Any]:
@@ -129,8 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, action="append")
     parser.add_argument("-o", "--output")
+    parser.add_argument("--dump", help="pickle of the plain pairs and first forecasts (for rescoring)")
     args = parser.parse_args(argv)
-    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0])
+    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).

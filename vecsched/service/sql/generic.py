@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from itertools import repeat
 from typing import Any, Iterator
 
 import numpy as np
@@ -128,7 +129,8 @@ class _GenericFetch:
         value: str,
         where: sa.ColumnElement[bool] | None = None,
         params: dict[str, Any] | None = None,
-    ) -> tuple[list[Any], list[Any]]:
+    ) -> tuple[list[Any], list[Any], np.ndarray | None]:
+        """Keys and values in key and position order (no positions needed: ``None``)."""
         with _gc_paused():
             columns = (_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value]))
             query = sa.select(*columns).order_by(table.c[key], table.c.position)
@@ -136,9 +138,9 @@ class _GenericFetch:
                 query = query.where(where)
             rows = self._all(query, params)
             if not rows:
-                return [], []
+                return [], [], None
             keys, vals = zip(*rows)
-            return list(keys), list(vals)
+            return list(keys), list(vals), None
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
         rows = self._all(sa.select(_bounded(self.conn, excluded_pairs.c.worker_id), _bounded(self.conn, excluded_pairs.c.wp_id)))
@@ -201,19 +203,48 @@ def _sqlite_epochs(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _list_column(keys: list[Any], vals: list[Any], row_ids: np.ndarray) -> ListColumn:
-    """A list column from link rows in position order within each key (keys in any order); unknown keys ignored."""
-    n = len(row_ids)
+class RowNumbers:
+    """Each id's row number in a table of ``count`` rows, its first row where it repeats.
+
+    A later duplicate is rejected, never looked up. One per table, read by
+    each of its link tables: building and probing a dict costs less than a
+    pandas index per link table (about 3 + 3 ms at 50,000 ids and 55,000 keys).
+    """
+
+    __slots__ = ("of", "count")
+
+    def __init__(self, row_ids: np.ndarray):
+        ids = row_ids.tolist()
+        self.count = len(ids)
+        self.of: dict[Any, int] = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1)))
+
+
+def _list_column(keys: list[Any], vals: list[Any], positions: np.ndarray | None, rows: RowNumbers) -> ListColumn:
+    """A list column from link rows; keys that are no row's id are ignored.
+
+    ``rows`` maps a row's id to its number. Without
+    ``positions`` the link rows are in position order within each key (keys
+    in any order); with them, in any order, and ``positions`` orders each
+    key's values.
+    """
+    n = rows.count
     if not keys:
         return ListColumn(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=object))
-    owner = pd.Index(row_ids).get_indexer(pd.Index(keys, dtype=object))
+    owner = np.asarray(list(map(rows.of.get, keys, repeat(-1))), dtype=np.int64)
     vals_arr = np.empty(len(vals), dtype=object)
     vals_arr[:] = vals
     known = owner >= 0
-    owner, vals_arr = owner[known], vals_arr[known]
+    if not known.all():
+        owner, vals_arr = owner[known], vals_arr[known]
+        positions = None if positions is None else positions[known]
     # A stable sort by row keeps the position order within each row (and
     # costs little when the key order already is the row order).
-    order = np.argsort(owner, kind="stable")
+    if positions is None:
+        order = np.argsort(owner, kind="stable")
+    elif len(owner) and 0 <= positions.min() and positions.max() < 2**31:
+        order = np.argsort(owner * 2**31 + positions, kind="stable")  # one key sorts faster than two
+    else:
+        order = np.lexsort((positions, owner))
     owner, vals_arr = owner[order], vals_arr[order]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner, minlength=n), out=offsets[1:])

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.engine import Connection, Engine
 
-from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw
+from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw, RowNumbers
 from vecsched.service.sql.pg import _PgFetch
 from vecsched.service.sql.events import EVENT_FILTERS, cut_params
 from vecsched.service.sql.schema import (
@@ -92,11 +92,11 @@ def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
     for name, (table, renames) in _MAIN.items():
         spec = [c for c in TABLES[name] if c.kind != "str_list"]
         tables[name] = _judge(name, spec, fetch.main(table, renames, spec), errors)
-    w_ids = tables["workers"]["id"]
-    r_ids = tables["requests"]["id"]
-    tables["workers"]["models"] = _list_column(*fetch.link(worker_models, "worker_id", "model"), w_ids)
-    tables["requests"]["models"] = _list_column(*fetch.link(wp_models, "wp_id", "model"), r_ids)
-    tables["requests"]["worker_ids"] = _list_column(*fetch.link(wp_allowed_workers, "wp_id", "worker_id"), r_ids)
+    w_rows = RowNumbers(tables["workers"]["id"])
+    r_rows = RowNumbers(tables["requests"]["id"])
+    tables["workers"]["models"] = _list_column(*fetch.link(worker_models, "worker_id", "model"), w_rows)
+    tables["requests"]["models"] = _list_column(*fetch.link(wp_models, "wp_id", "model"), r_rows)
+    tables["requests"]["worker_ids"] = _list_column(*fetch.link(wp_allowed_workers, "wp_id", "worker_id"), r_rows)
     pair_w, pair_r = fetch.pairs()
     _load_events(fetch, now, tables, errors)
     return Snapshot.from_columns(
@@ -121,7 +121,7 @@ def _load_events(fetch: "_GenericFetch", now: float, tables: dict[str, Any], err
     users = fetch.link(
         dispatch_priority_users, "dispatch_id", "user_id", where=EVENT_FILTERS["dispatch_priority_users"], params=params
     )
-    tables["dispatches"]["priority_user_ids"] = _list_column(*users, tables["dispatches"]["dispatch_id"])
+    tables["dispatches"]["priority_user_ids"] = _list_column(*users, RowNumbers(tables["dispatches"]["dispatch_id"]))
 
 
 def _judge(name: str, spec: list[Column], raw: list[_Raw], errors: list[RowError]) -> dict[str, Any]:

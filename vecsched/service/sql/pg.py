@@ -16,6 +16,7 @@ from vecsched.service.sql.generic import (
     _Raw,
     _raw_from_list,
 )
+from vecsched.service.sql import packed
 from vecsched.service.sql.schema import excluded_pairs
 from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT
 from vecsched.snapshot.schema import Column
@@ -194,36 +195,85 @@ class _PgFetch(_GenericFetch):
         restore()
 
     # The statements never change; compiling them costs ~10 ms per load.
-    _compiled: dict[tuple[str, str], str] = {}
+    _compiled: dict[tuple[Any, ...], str] = {}
 
-    def _row(
-        self, key: str, build: Callable[[], sa.Select[Any]], params: dict[str, Any] | None = None
-    ) -> tuple[Any, ...]:
-        cache_key = (self.conn.dialect.driver, key)
+    def _sql(self, key: tuple[Any, ...], build: Callable[[], sa.Select[Any]]) -> str:
+        cache_key = (self.conn.dialect.driver, *key)
         sql = self._compiled.get(cache_key)
         if sql is None:
             sql = self._compiled[cache_key] = str(build().compile(dialect=self.conn.dialect))
+        return sql
+
+    def _execute(self, sql: str, params: dict[str, Any] | None, arrays: bool = False) -> tuple[tuple[Any, ...], list[int]]:
+        """The one row of ``sql`` and its column type oids; ``arrays``: NumPy parses its numeric arrays."""
         # A cursor of our own: the loaders registered on it change nothing
         # for other users of the connection.
         with self.raw.cursor(binary=True) as cur:
-            for oid in _PG_ARRAYS:
+            for oid in _PG_ARRAYS if arrays else ():
                 cur.adapters.register_loader(oid, self.loader)
             cur.execute(sql, params or None)
+            oids = [d.type_code for d in cur.description or ()]
             row = cur.fetchone()
-        assert row is not None  # an aggregate without GROUP BY returns one row
-        return tuple(row)
+        return (tuple(row) if row is not None else ()), oids
+
+    def _columns(
+        self,
+        key: str,
+        exprs: Callable[[], list[sa.ColumnElement[Any]]],
+        text: list[bool],
+        where: sa.ColumnElement[bool] | None,
+        params: dict[str, Any] | None,
+        accept: Callable[[list[int]], None] = lambda oids: None,
+    ) -> list[Any]:
+        """The cells of ``exprs()`` (labelled ``c0``, ``c1``...), one entry per column, rows in scan order.
+
+        ``exprs`` is called only to compile a statement not seen before.
+
+        Each entry is what :meth:`_raw` takes: a :class:`_PgArray` (fixed-width
+        types), a list of cells (text, and types psycopg loads) or None (no
+        rows, read as an array). ``accept(oids)`` may refuse the column types
+        (raise :class:`_Fallback`) before anything is read. See
+        :mod:`vecsched.service.sql.packed`.
+        """
+
+        def sub() -> Any:
+            query = sa.select(*exprs())
+            return (query if where is None else query.where(where)).subquery("s")
+
+        _, oids = self._execute(self._sql(("probe", key), lambda: sa.select(*sub().c).where(sa.false())), params)
+        accept(oids)
+        labels = [f"c{k}" for k in range(len(text))]
+        nullable: set[int] = set()
+        odd: set[int] = set()
+        for attempt in range(2):
+            p = packed.plan(labels, oids, text, nullable, odd)
+            sql = self._sql((key, tuple(oids), p.sql), lambda: sa.select(*map(sa.literal_column, p.sql)).select_from(sub()))
+            row, _ = self._execute(sql, params, arrays=any(part.how == "array" for part in p.parts))
+            read = packed.parse(p, row, oids)
+            if not (read.short_record or read.odd_texts):
+                return [self._cells(c, oid) for c, oid in zip(read.columns, oids)]
+            if attempt:  # rows changed between the reads (READ COMMITTED): the generic read is one query
+                raise _Fallback(f"{key}: rows changed while read")
+            odd = set(read.odd_texts)
+            if read.short_record:
+                nullable = self._null_columns(key, sub, labels, [part.how in ("field", "bit") for part in p.parts], params)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _null_columns(self, key: str, sub: Callable[[], Any], labels: list[str], fixed: list[bool],
+                      params: dict[str, Any] | None) -> set[int]:
+        """The fixed-width columns holding a NULL (one count per column)."""
+        counted = [k for k, f in enumerate(fixed) if f]
+        counts = ["count(*)"] + [f"count(s.{labels[k]})" for k in counted]
+        sql = self._sql(("nulls", key, *counted), lambda: sa.select(*map(sa.literal_column, counts)).select_from(sub()))
+        row, _ = self._execute(sql, params)
+        return {k for k, c in zip(counted, row[1:]) if c < row[0]}
 
     @staticmethod
-    def _ordered_aggregate(
-        columns: list[sa.ColumnElement[Any]], order_by: list[Any], where: sa.ColumnElement[bool] | None = None
-    ) -> sa.Select[Any]:
-        # Aggregates of one plain Agg node read the subquery's rows together,
-        # in the subquery's order, so the arrays line up row by row.
-        query = sa.select(*columns).order_by(*order_by)
-        if where is not None:
-            query = query.where(where)
-        sub = query.subquery("s")
-        return sa.select(*(sa.func.array_agg(c) for c in sub.c))
+    def _cells(column: Any, oid: int) -> Any:
+        if isinstance(column, tuple):  # fixed-width values and their NULL mask
+            values, null = column
+            return _PgArray(values, null, oid in packed.TIMES)
+        return column
 
     def main(
         self,
@@ -233,17 +283,22 @@ class _PgFetch(_GenericFetch):
         where: sa.ColumnElement[bool] | None = None,
         params: dict[str, Any] | None = None,
     ) -> list[_Raw]:
-        def build() -> sa.Select[Any]:
-            cols = [
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [
                 (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
                 for k, col, c in ((k, col, table.c[renames.get(col.name, col.name)]) for k, col in enumerate(spec))
             ]
-            # No ORDER BY: the server sorting wide rows by text keys cost more than the whole
-            # aggregate; the rows are put in key order here (_in_key_order).
-            return self._ordered_aggregate(cols, [], where)
 
-        row = self._row(f"main:{table.name}:{','.join(c.name for c in spec)}", build, params)
-        raws = [self._raw(col, value) for col, value in zip(spec, row)]
+        def accept(oids: list[int]) -> None:
+            for col, oid in zip(spec, oids):
+                if col.kind == "time" and oid not in packed.TIMES:
+                    raise _Fallback(f"{col.name} is not a timestamp")
+
+        # No ORDER BY: the server sorting wide rows by text keys cost more than the whole
+        # read; the rows are put in key order here (_in_key_order).
+        cells = self._columns(f"main:{table.name}:{','.join(c.name for c in spec)}", exprs,
+                              [col.kind in ("str", "enum") for col in spec], where, params, accept)
+        raws = [self._raw(col, value) for col, value in zip(spec, cells)]
         names = [renames.get(col.name, col.name) for col in spec]
         return _in_key_order(raws, [names.index(c.name) for c in table.primary_key.columns])
 
@@ -272,37 +327,39 @@ class _PgFetch(_GenericFetch):
         value: str,
         where: sa.ColumnElement[bool] | None = None,
         params: dict[str, Any] | None = None,
-    ) -> tuple[list[Any], list[Any]]:
-        row = self._row(
-            f"link:{table.name}:{key}:{value}",
-            # Position order alone: the rows are grouped by key on the client (a stable integer
-            # sort), cheaper than the server sorting the text keys.
-            lambda: self._ordered_aggregate(
-                [_bounded(self.conn, table.c[key]), _bounded(self.conn, table.c[value])],
-                [table.c.position],
-                where,
-            ),
-            params,
-        )
-        if row[0] is None:
-            return [], []
-        if isinstance(row[0], _PgArray) or isinstance(row[1], _PgArray):
-            raise _Fallback(f"{table.name} keys are not text")
-        return row[0], row[1]
+    ) -> tuple[list[Any], list[Any], np.ndarray | None]:
+        """Keys, values and positions in scan order (the client orders them: cheaper than a server sort)."""
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [_bounded(self.conn, table.c[key]).label("c0"), _bounded(self.conn, table.c[value]).label("c1"),
+                    table.c.position.label("c2")]
+
+        def accept(oids: list[int]) -> None:
+            if oids[2] not in _INTEGERS:
+                raise _Fallback(f"{table.name}.position is not an integer")
+
+        keys, vals, position = self._columns(f"link:{table.name}:{key}:{value}", exprs, [True, True, False], where,
+                                             params, accept)
+        if position is None:  # read as an array: no rows
+            return [], [], None
+        # A NULL position sorts last, as ORDER BY position puts it.
+        order = np.where(position.null, _INT64.max, position.values.astype(np.int64))
+        return _texts(keys), _texts(vals), order
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
-        row = self._row(
-            "pairs",
-            lambda: sa.select(
-                sa.func.array_agg(_bounded(self.conn, excluded_pairs.c.worker_id)),
-                sa.func.array_agg(_bounded(self.conn, excluded_pairs.c.wp_id)),
-            ),
-        )
-        if row[0] is None:
-            return [], []
-        if isinstance(row[0], _PgArray) or isinstance(row[1], _PgArray):
-            raise _Fallback("excluded_pairs ids are not text")
-        return row[0], row[1]
+        def exprs() -> list[sa.ColumnElement[Any]]:
+            return [_bounded(self.conn, excluded_pairs.c.worker_id).label("c0"),
+                    _bounded(self.conn, excluded_pairs.c.wp_id).label("c1")]
+
+        worker, request = self._columns("pairs", exprs, [True, True], None, None)
+        return _texts(worker), _texts(request)
+
+
+_INTEGERS = frozenset({21, 23, 20})
+
+
+def _texts(cells: Any) -> list[Any]:
+    """A text column's cells as a list (array_agg over no rows gives None)."""
+    return [] if cells is None else list(cells)
 
 
 def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
@@ -315,15 +372,38 @@ def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
     """
     if not raws or len(raws[0].null) < 2:
         return raws
-    sort_keys: list[np.ndarray] = []
-    for k in reversed(key):  # np.lexsort sorts by its last key first
-        raw = raws[k]
-        cells = raw.values if raw.cells is None else np.asarray(raw.cells, dtype=object)
-        if cells.dtype == object:
-            cells = np.where(raw.null, "", cells).astype(str)
-        sort_keys += [cells, raw.null] if raw.null.any() else [cells]
-    order = np.argsort(sort_keys[0], kind="stable") if len(sort_keys) == 1 else np.lexsort(sort_keys)
+    order = _text_order(raws[key[0]]) if len(key) == 1 else None
+    if order is None:
+        order = _array_order([raws[k] for k in key])
     if (order[1:] > order[:-1]).all():
         return raws
     return [_Raw(r.values[order], r.null[order], [(mask[order], message) for mask, message in r.errors],
                  None if r.cells is None else [r.cells[i] for i in order]) for r in raws]
+
+
+def _text_order(raw: _Raw) -> np.ndarray | None:
+    """The order of one text key column by code point, NULLs last; None unless every cell is text.
+
+    Python compares strings by code point, so its sort (stable, and linear on
+    rows already in order, as a table filled in key order reads) needs no
+    fixed-width copy of the keys, whose width would follow the longest.
+    """
+    cells = raw.values if raw.cells is None else raw.cells
+    items = cells.tolist() if isinstance(cells, np.ndarray) else list(cells)
+    if raw.null.any():
+        items = ["" if z else v for v, z in zip(items, raw.null.tolist())]
+    if not set(map(type, items)) <= {str}:
+        return None
+    order = np.asarray(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
+    return order[np.argsort(raw.null[order], kind="stable")] if raw.null.any() else order
+
+
+def _array_order(raws: list[_Raw]) -> np.ndarray:
+    """The lexicographic order of key columns of any cells (a bad key cell sorts by its text), NULLs last."""
+    sort_keys: list[np.ndarray] = []
+    for raw in reversed(raws):  # np.lexsort sorts by its last key first
+        cells = raw.values if raw.cells is None else np.asarray(raw.cells, dtype=object)
+        if cells.dtype == object:
+            cells = np.where(raw.null, "", cells).astype(str)
+        sort_keys += [cells, raw.null] if raw.null.any() else [cells]
+    return np.argsort(sort_keys[0], kind="stable") if len(sort_keys) == 1 else np.lexsort(sort_keys)
