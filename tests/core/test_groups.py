@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from vecsched.core.groups import (
     factorize_rows,
+    or_rows_by_pairs,
     or_rows_dense,
     overlap_matrix,
     pack_words,
@@ -103,3 +104,36 @@ def test_or_rows_dense_tabulates_busy_runs_and_ors_quiet_ones_alike():
     np.logical_or.at(want, key, matrix[source])
     got = unpack_words(or_rows_dense(key, source, pack_words(matrix), 600), 130)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(1, 20),
+    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=19),
+    st.lists(st.tuples(st.integers(0, 19), st.integers(0, 18)), max_size=80),
+)
+def test_or_rows_by_pairs_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
+    matrix = np.array(rows, dtype=bool)
+    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]  # repeats kept, keys unsorted
+    key = np.array([k for k, _ in pairs], dtype=np.int64)
+    source = np.array([s for _, s in pairs], dtype=np.int64)
+    want = np.zeros((n_keys, matrix.shape[1]), dtype=bool)
+    for k, s in pairs:
+        want[k] |= matrix[s]
+    got = unpack_words(or_rows_by_pairs(key, source, pack_words(matrix), n_keys), matrix.shape[1])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_or_rows_by_key_agrees_on_few_sources_per_key_among_many():
+    # Groups ORing a few of many model-key rows: the pair-by-pair path; a busy table: the dense one.
+    from vecsched.core.eligibility import _or_rows_by_key
+
+    rng = np.random.default_rng(7)
+    for n_sources, per_key, n_keys in ((3000, 3, 4000), (30, 40, 2000)):
+        matrix = rng.random((n_sources, 100)) < 0.2
+        key = np.repeat(np.arange(n_keys), rng.integers(0, per_key + 1, n_keys))
+        source = rng.integers(0, len(matrix), len(key))
+        want = np.zeros((n_keys, 100), dtype=bool)
+        np.logical_or.at(want, key, matrix[source])
+        got = unpack_words(_or_rows_by_key(key, source, pack_words(matrix), n_keys), 100)
+        np.testing.assert_array_equal(got, want)

@@ -44,6 +44,7 @@ from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
+    or_rows_by_pairs,
     or_rows_dense,
     overlap_matrix,
     pack_words,
@@ -57,6 +58,9 @@ from vecsched.snapshot.lists import ListColumn
 BLOCK_ELEMENTS = 1 << 23
 # Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
 DENSE_TABLE_BYTES = 1 << 27
+# or_rows_dense pays about this many word ORs per run of eight sources (its Python step per
+# run and source); ORing pair by pair pays one per pair and word.
+WORDS_PER_DENSE_RUN = 10_000
 
 
 @dataclass(frozen=True)
@@ -751,11 +755,16 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     "any model" groups with alike flags, say) OR the same classes. Where its
     (sources / 8, keys) byte table fits in :data:`DENSE_TABLE_BYTES`,
     :func:`vecsched.core.groups.or_rows_dense` answers instead: it ORs eight
-    sources at a time and needs no sort.
+    sources at a time and needs no sort. Where keys have few sources each (groups
+    ORing their models' key rows), :func:`vecsched.core.groups.or_rows_by_pairs`
+    is cheaper still: its cost follows pairs x words, not the runs of sources.
     """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
     if len(key) == 0:
         return out
+    pair_words = len(key) * rows.shape[1]
+    if pair_words <= min(BLOCK_ELEMENTS, WORDS_PER_DENSE_RUN * -(-len(rows) // 8)):
+        return or_rows_by_pairs(key, source, rows, n_keys)
     if n_keys * -(-len(rows) // 8) <= DENSE_TABLE_BYTES:
         return or_rows_dense(key, source, rows, n_keys)
     order = np.lexsort((source, key))

@@ -29,7 +29,7 @@ import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility
-from vecsched.core.groups import unpack_words
+from vecsched.core.groups import unique_rows, unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
 from vecsched.core.stall_sums import (
     binned_sums,
@@ -144,16 +144,32 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
     )
 
 
-def membership(elig: Eligibility, rows: np.ndarray, n_workers: int) -> np.ndarray:
-    """``member[k, w]``: usable worker ``w`` of the gentype is in A(i) for the requests i of row ``rows[k]``.
+def membership_words(elig: Eligibility, rows: np.ndarray) -> np.ndarray:
+    """Row ``k``: the usable workers of the gentype in A(i) for the requests i of row ``rows[k]``, as words.
 
     Read from the eligibility stage's own tables (``Eligibility.row_words``:
     declarations for shared groups, the kept workers of special groups), not
-    evaluated again; ``n_workers`` is the gentype's usable worker count.
+    evaluated again (:func:`~vecsched.core.groups.pack_words` rows).
     """
     if elig.row_words is None:
         raise ValueError("might_stall needs the eligibility stage's row tables (Eligibility.row_words)")
-    return unpack_words(elig.row_words(rows), n_workers)
+    return elig.row_words(rows)
+
+
+def distinct_rows(words: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(matrix, of)``: the distinct rows of packed ``words`` as a boolean matrix, and each row's place in it.
+
+    Examples
+    --------
+    >>> from vecsched.core.groups import pack_words
+    >>> matrix, of = distinct_rows(pack_words(np.array([[1, 0], [0, 1], [1, 0]], dtype=bool)), 2)
+    >>> matrix[of].astype(int).tolist()
+    [[1, 0], [0, 1], [1, 0]]
+    >>> len(matrix)
+    2
+    """
+    first, of = unique_rows(np.ascontiguousarray(words))
+    return unpack_words(words[first], n_cols), of
 
 
 def stall(
@@ -191,26 +207,29 @@ def stall(
     if len(looked):
         ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
+        # Rows alike in a matrix share one of its rows: every sum over a row's columns is read once for them.
         if len(ev.d_time) or len(ev.c_time):
-            member = membership(elig, rows, len(elig.worker_rows))
+            member, member_of = distinct_rows(membership_words(elig, rows), len(elig.worker_rows))
         else:  # no history: no worker's membership matters
-            member = np.zeros((len(rows), 1), bool)
+            member, member_of = np.zeros((1, 1), bool), np.zeros(len(rows), np.int64)
         takes = elig.competition
-        takeable = unpack_words(takes.takeable[rows], takes.n_signatures) if takes is not None else None
+        if takes is not None:
+            takeable, takeable_of = distinct_rows(takes.takeable[rows], takes.n_signatures)
         owners = snapshot.requests.user_id[rq.index]
         signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         # Each matrix once with its sparser side compressed, for every sum that reads it.
         context.member_sets = row_sets(member)
-        context.takeable_sets = None if takeable is None else row_sets(takeable)
-        _shared_returns(context, member, row_of, looked)
-        _recent_by_time(context, member, row_of, looked)
-        _shared_dispatches(context, member, row_of, looked)
-        _recent_dispatches(context, member, row_of, looked)
-        if takeable is not None:
-            halves[:2] += _shared_window(context, takeable, row_of, looked)
-            halves[:2] += _recent_window(context, takeable, row_of, looked)
+        context.takeable_sets = None if takes is None else row_sets(takeable)
+        member_row = member_of[row_of]
+        _shared_returns(context, member, member_row, looked)
+        _recent_by_time(context, member, member_row, looked)
+        _shared_dispatches(context, member, member_row, looked)
+        _recent_dispatches(context, member, member_row, looked)
+        if takes is not None:
+            halves[:2] += _shared_window(context, takeable, takeable_of[row_of], looked)
+            halves[:2] += _recent_window(context, takeable, takeable_of[row_of], looked)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
         threads == 0,

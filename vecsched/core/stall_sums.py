@@ -212,13 +212,17 @@ def _read_product(out: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np
 def _table(n_cols: int, col: np.ndarray, w: np.ndarray, n_bins: int, step: int, dtype: type) -> np.ndarray:
     """``table[b, c, m]``: the sum of ``w[m]`` over the first ``b * step`` items of column ``c``.
 
-    Boundaries outermost, so the running sum adds whole contiguous rows.
+    Boundaries outermost, so the running sum adds whole contiguous rows, one boundary at a
+    time: ``np.cumsum`` along the outer axis is about ten times slower than these row adds.
     """
     n_w = len(w)
     cell = ((np.arange(len(col)) // step + 1) * n_cols + col) * n_w
     table = np.bincount((cell[None, :] + np.arange(n_w)[:, None]).ravel(), weights=w.ravel(),
-                        minlength=(n_bins + 1) * n_cols * n_w)
-    return np.cumsum(table.reshape(n_bins + 1, n_cols * n_w), axis=0, dtype=dtype).reshape(n_bins + 1, n_cols, n_w)
+                        minlength=(n_bins + 1) * n_cols * n_w).astype(dtype, copy=False)
+    table = table.reshape(n_bins + 1, n_cols * n_w)
+    for b in range(1, n_bins + 1):
+        np.add(table[b], table[b - 1], out=table[b])
+    return table.reshape(n_bins + 1, n_cols, n_w)
 
 
 def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarray, full: np.ndarray) -> None:
