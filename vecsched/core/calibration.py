@@ -3,19 +3,34 @@
 The service reads the validated pairs of an estimator (forecast p50 and the
 observed duration, per gentype and phase) and hands them to the estimator as
 ``calibration``; the core does no I/O. For a forecast of a given gentype and
-phase, the p90 is its p50 plus the conformal 90% quantile of ``observed - p50``
+phase, the p90 comes from the conformal ``level`` quantile ``q`` of the log
+nonconformity score (:func:`log_score`)::
+
+    score = log((observed + offset) / (p50 + offset))
+    p90   = (p50 + offset) * exp(max(q, 0)) - offset        (so p90 >= p50)
+
 over the pairs of the same *cell*: p50 band x eligible-thread band (what the
-error depends on). A cell with too few pairs backs off to the p50 band alone,
-then to the gentype and phase, then to SPEC section 8's provisional margin.
+error depends on). The replay's errors grow with its p50 (multiplicative), so
+one additive margin per band over-covers its short and under-covers its long
+forecasts; the offset keeps the score finite at a zero p50 and lets short
+forecasts keep an absolute margin of the order of a minute. A cell with too
+few pairs backs off to the p50 band alone, then to the gentype and phase,
+then to SPEC section 8's provisional margin.
 
 ``calibration`` format (every key optional)::
 
     {"pairs": {"gentype": [...], "phase": [...], "p50": [...], "observed": [...], "threads": [...]},
-     "min_pairs": 200, "level": 0.9}
+     "min_pairs": 200, "level": 0.92, "offset": 60.0}
 
 ``gentype`` as codes or ``"text"``/``"image"``, ``phase`` ``"start"`` or
 ``"completion"``, seconds as numbers, ``threads`` the eligible threads at the
-forecast (0: fallback; without it, cells are p50 bands only).
+forecast (0: fallback; without it, cells are p50 bands only; the service's
+pairs carry no thread count, so in production the cells are p50 bands).
+``min_pairs`` (:data:`MIN_PAIRS`): pairs a cell needs to be used;
+``level`` (:data:`LEVEL`): the conformal level, chosen on the simulator's
+seeds 0/11/23 and 5/17/29 (``python -m vecsched.simulate.replay_scoring``)
+and checked, not tuned, on 41/53/67 (docs/replay.md); ``offset``
+(:data:`OFFSET_SECONDS`): seconds added to both sides of the score.
 :func:`from_pairs` builds it from the service's validated pairs, and adds
 ``cancel_hazard`` (per gentype code, :func:`cancel_hazards`), which
 dispatch-replay-v1 uses in place of its setting.
@@ -34,7 +49,11 @@ from vecsched.snapshot.schema import IMAGE, TEXT
 P50_BANDS = np.array([60.0, 300.0, 900.0])  # upper edges; the last band is open
 THREAD_BANDS = np.array([1, 5, 21])  # 0 | 1-4 | 5-20 | 21+
 MIN_PAIRS = 200
-LEVEL = 0.9
+"""Pairs a cell needs before its quantile is used (else it backs off to a coarser cell)."""
+LEVEL = 0.92
+"""Conformal level of the log score (above 0.9: the other seeds' spread is a noisy guide to a run's own)."""
+OFFSET_SECONDS = 60.0
+"""Seconds added to observed and p50 in :func:`log_score` (finite at 0 s; about a minute's margin for short p50s)."""
 
 
 def _codes(values: Any) -> np.ndarray:
@@ -56,15 +75,37 @@ def conformal_quantile(scores: np.ndarray, level: float = LEVEL) -> float:
 
     Examples
     --------
-    >>> conformal_quantile(np.arange(1.0, 9.0))
+    >>> conformal_quantile(np.arange(1.0, 9.0), 0.9)
     inf
-    >>> conformal_quantile(np.arange(1.0, 20.0))
+    >>> conformal_quantile(np.arange(1.0, 20.0), 0.9)
     18.0
     """
     k = math.ceil((len(scores) + 1) * level)
     if k > len(scores):
         return math.inf
     return float(np.partition(scores, k - 1)[k - 1])
+
+
+def log_score(observed: np.ndarray, p50: np.ndarray, offset: float = OFFSET_SECONDS) -> np.ndarray:
+    """The nonconformity score ``log((observed + offset) / (p50 + offset))`` (NaN where either is NaN).
+
+    Examples
+    --------
+    >>> log_score(np.array([60.0, 0.0]), np.array([0.0, 0.0])).round(4).tolist()
+    [0.6931, 0.0]
+    """
+    return np.log((np.asarray(observed, dtype=np.float64) + offset) / (np.asarray(p50, dtype=np.float64) + offset))
+
+
+def bound(p50: np.ndarray, q: float, offset: float = OFFSET_SECONDS) -> np.ndarray:
+    """The p90 of a score quantile ``q``: the inverse of :func:`log_score`, ``q`` clipped at 0 so p90 >= p50.
+
+    Examples
+    --------
+    >>> bound(np.array([0.0, 140.0]), math.log(2.0)).tolist(), bound(np.array([100.0]), -1.0).tolist()
+    ([60.0, 340.0], [100.0])
+    """
+    return (p50 + offset) * math.exp(max(q, 0.0)) - offset
 
 
 def calibrated_p90(
@@ -74,13 +115,20 @@ def calibrated_p90(
 
     Examples
     --------
+    Errors of 0-50% of ``p50 + 60 s``: the p90 of a p50 is about 92% of
+    the way up, ``p50 + 0.46 * (p50 + 60)``, in each p50 band (an additive
+    score would give one margin per band). Image has no pairs, and a NaN
+    p50 no cell: both keep the provisional p90.
+
     >>> rng = np.random.default_rng(0)
-    >>> pairs = {"gentype": ["text"] * 1000, "phase": ["start"] * 1000, "p50": np.full(1000, 100.0),
-    ...          "observed": 100.0 + rng.uniform(0, 50, 1000), "threads": np.full(1000, 8)}
-    >>> p90 = calibrated_p90(np.array([100.0, 100.0]), phase="start", gentype=np.array([TEXT, IMAGE]),
-    ...                      threads=np.array([8, 8]), calibration={"pairs": pairs})
-    >>> bool(144 < p90[0] < 146), float(p90[1])  # image has no pairs: provisional
-    (True, 160.0)
+    >>> p50 = np.repeat([100.0, 700.0], 500)
+    >>> pairs = {"gentype": ["text"] * 1000, "phase": ["start"] * 1000, "p50": p50,
+    ...          "observed": p50 + (p50 + 60.0) * rng.uniform(0, 0.5, 1000)}
+    >>> p90 = calibrated_p90(np.array([100.0, 700.0, 100.0, np.nan]), phase="start",
+    ...                      gentype=np.array([TEXT, TEXT, IMAGE, TEXT]), threads=np.zeros(4, dtype=int),
+    ...                      calibration={"pairs": pairs})
+    >>> ((p90[:2] - [100.0, 700.0]) / [160.0, 760.0]).round(2).tolist(), p90[2:].tolist()
+    ([0.47, 0.45], [160.0, nan])
     """
     out = provisional_p90(p50)
     pairs = (calibration or {}).get("pairs")
@@ -88,8 +136,10 @@ def calibrated_p90(
         return out
     min_pairs = int((calibration or {}).get("min_pairs", MIN_PAIRS))
     level = float((calibration or {}).get("level", LEVEL))
+    offset = float((calibration or {}).get("offset", OFFSET_SECONDS))
     c_p50 = np.asarray(pairs["p50"], dtype=np.float64)
-    score = np.asarray(pairs["observed"], dtype=np.float64) - c_p50
+    with np.errstate(invalid="ignore", divide="ignore"):  # observed < -offset: never a duration
+        score = log_score(pairs["observed"], c_p50, offset)
     ok = ~np.isnan(score) & (np.asarray(pairs["phase"]) == phase)
     c_gentype = _codes(pairs["gentype"])
     has_threads = "threads" in pairs
@@ -102,11 +152,11 @@ def calibrated_p90(
         # Coarse to fine: each finer cell with enough pairs overrides its coarser one.
         for level_keys in ((), ("p50",), ("p50", "threads"))[: 3 if has_threads else 2]:
             _apply(out, p50, known & (gentype == g), mine, score, level_keys,
-                   (p50_band, thread_band), (c_p50_band, c_thread_band), min_pairs, level)
+                   (p50_band, thread_band), (c_p50_band, c_thread_band), min_pairs, (level, offset))
     return out
 
 
-def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level):  # type: ignore[no-untyped-def]
+def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level_offset):  # type: ignore[no-untyped-def]
     """Set ``out[rows]`` per cell of ``keys`` where the cell holds at least ``min_pairs`` pairs."""
     use = [k for k, name in enumerate(("p50", "threads")) if name in keys]
     cell = np.zeros(len(p50), dtype=np.int64)
@@ -118,9 +168,9 @@ def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level):
         scores = score[mine & (c_cell == value)]
         if len(scores) < min_pairs:
             continue
-        q = conformal_quantile(scores, level)
+        q = conformal_quantile(scores, level_offset[0])
         at = rows & (cell == value)
-        out[at] = p50[at] + max(q, 0.0)
+        out[at] = bound(p50[at], q, level_offset[1])
 
 
 MIN_CANCELLED = 20
