@@ -100,12 +100,15 @@ def log_score(observed: np.ndarray, p50: np.ndarray, offset: float = OFFSET_SECO
 def bound(p50: np.ndarray, q: float, offset: float = OFFSET_SECONDS) -> np.ndarray:
     """The p90 of a score quantile ``q``: the inverse of :func:`log_score`, ``q`` clipped at 0 so p90 >= p50.
 
+    ``(p50 + offset) * exp(q) - offset``, written as ``p50`` plus a
+    non-negative margin so that rounding never puts the p90 below the p50.
+
     Examples
     --------
     >>> bound(np.array([0.0, 140.0]), math.log(2.0)).tolist(), bound(np.array([100.0]), -1.0).tolist()
     ([60.0, 340.0], [100.0])
     """
-    return (p50 + offset) * math.exp(max(q, 0.0)) - offset
+    return p50 + (p50 + offset) * math.expm1(max(q, 0.0))
 
 
 def calibrated_p90(
