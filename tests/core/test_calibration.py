@@ -71,26 +71,27 @@ def test_level_is_the_conformal_rank_of_the_log_score() -> None:
         assert p90.tolist() == pytest.approx([100.0 + rank]), level
 
 
-def test_cells_back_off_from_thread_band_to_p50_band_to_gentype_to_provisional() -> None:
-    # Ratios (observed + 60) / (p50 + 60): 2.0 in p50 band 60-300 s with 5-20 threads (300 pairs),
-    # 1.5 elsewhere in that band (100 pairs), 1.25 in band 300-900 s (20 pairs), nothing above 900 s.
-    def at(p50: float, ratio: float, n: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return np.full(n, p50), np.full(n, (p50 + 60.0) * ratio - 60.0), np.full(n, threads)
+def test_cells_back_off_from_p50_band_to_gentype_and_phase_to_provisional() -> None:
+    # Ratios (observed + 60) / (p50 + 60): 2.0 in p50 band 60-300 s (300 pairs), 1.5 in band 0-60 s
+    # (100 pairs), 1.25 in band 300-900 s (20 pairs), nothing from 900 s on.
+    def at(p50: float, ratio: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(n, p50), np.full(n, (p50 + 60.0) * ratio - 60.0)
 
-    parts = [at(100.0, 2.0, 300, 8), at(200.0, 1.5, 100, 2), at(500.0, 1.25, 20, 8)]
-    p50, observed, threads = (np.concatenate(c) for c in zip(*parts))
-    calibration = {"pairs": _pairs(p50, observed, threads), "min_pairs": 100, "level": 0.5}
-    ask = np.array([150.0, 150.0, 150.0, 600.0, 1000.0])
-    got = _p90(ask, calibration, threads=np.array([8, 2, 0, 8, 8]))
+    parts = [at(100.0, 2.0, 300), at(30.0, 1.5, 100), at(500.0, 1.25, 20)]
+    p50, observed = (np.concatenate(c) for c in zip(*parts))
+    calibration = {"pairs": _pairs(p50, observed), "min_pairs": 100, "level": 0.5}
+    ask = np.array([150.0, 10.0, 600.0, 1000.0])
     pooled = 2.0  # the gentype's 420 pairs: the median ratio
-    assert got.tolist() == pytest.approx([210.0 * 2.0 - 60.0,      # its thread cell: 300 pairs
-                                          210.0 * 1.5 - 60.0,      # thread cells 1-4 (100 pairs)
-                                          210.0 * 2.0 - 60.0,      # no fallback pairs: p50 band (400 pairs)
-                                          660.0 * pooled - 60.0,   # band 300-900: 20 pairs, the gentype's
-                                          1060.0 * pooled - 60.0])  # no pairs above 900 s: the gentype's
-    # Without thread counts in the pairs, the cells are p50 bands only.
-    plain = {**calibration, "pairs": {k: v for k, v in calibration["pairs"].items() if k != "threads"}}
-    assert _p90(ask[:2], plain, threads=np.array([8, 2])).tolist() == pytest.approx([210.0 * 2.0 - 60.0] * 2)
+    expected = [210.0 * 2.0 - 60.0,      # its band: 300 pairs
+                70.0 * 1.5 - 60.0,       # its band: 100 pairs, just enough
+                660.0 * pooled - 60.0,   # band 300-900: 20 pairs, the gentype's
+                1060.0 * pooled - 60.0]  # no pairs from 900 s on: the gentype's
+    assert _p90(ask, calibration).tolist() == pytest.approx(expected)
+    # Thread counts, in the pairs or asked with, change nothing: the cells are p50 bands.
+    threaded = {**calibration, "pairs": {**calibration["pairs"], "threads": np.r_[np.full(300, 8), np.full(120, 2)]}}
+    assert _p90(ask, threaded, threads=np.array([8, 2, 0, 30])).tolist() == pytest.approx(expected)
+    # Too few pairs for the gentype as a whole: provisional everywhere.
+    assert _p90(ask, {**calibration, "min_pairs": 421}).tolist() == provisional_p90(ask).tolist()
     # No pairs for the gentype or the phase: the provisional margin.
     assert _p90(ask, calibration, gentype=IMAGE).tolist() == provisional_p90(ask).tolist()
     assert _p90(ask, calibration, phase="completion").tolist() == provisional_p90(ask).tolist()

@@ -9,23 +9,24 @@ nonconformity score (:func:`log_score`)::
     score = log((observed + offset) / (p50 + offset))
     p90   = (p50 + offset) * exp(max(q, 0)) - offset        (so p90 >= p50)
 
-over the pairs of the same *cell*: p50 band x eligible-thread band (what the
-error depends on). The replay's errors grow with its p50 (multiplicative), so
-one additive margin per band over-covers its short and under-covers its long
-forecasts; the offset keeps the score finite at a zero p50 and lets short
-forecasts keep an absolute margin of the order of a minute. A cell with too
-few pairs backs off to the p50 band alone, then to the gentype and phase,
-then to SPEC section 8's provisional margin.
+over the pairs of the same gentype, phase and p50 band (:data:`P50_BANDS`).
+The replay's errors grow with its p50 (multiplicative), so one additive
+margin per band over-covers its short and under-covers its long forecasts;
+the offset keeps the score finite at a zero p50 and gives short forecasts an
+absolute margin of the order of a minute. A band with fewer than
+``min_pairs`` pairs backs off to the gentype and phase, then to SPEC section
+8's provisional margin. Eligible-thread bands, the former second cell key,
+were left out: the stored pairs carry no thread count, and fed one offline
+they gained nothing and cost up to 3 points of coverage (finer cells, fewer
+pairs each; docs/replay.md).
 
 ``calibration`` format (every key optional)::
 
-    {"pairs": {"gentype": [...], "phase": [...], "p50": [...], "observed": [...], "threads": [...]},
-     "min_pairs": 200, "level": 0.92, "offset": 60.0}
+    {"pairs": {"gentype": [...], "phase": [...], "p50": [...], "observed": [...]},
+     "min_pairs": 200, "level": 0.93, "offset": 60.0}
 
 ``gentype`` as codes or ``"text"``/``"image"``, ``phase`` ``"start"`` or
-``"completion"``, seconds as numbers, ``threads`` the eligible threads at the
-forecast (0: fallback; without it, cells are p50 bands only; the service's
-pairs carry no thread count, so in production the cells are p50 bands).
+``"completion"``, seconds as numbers (other pair columns are ignored).
 ``min_pairs`` (:data:`MIN_PAIRS`): pairs a cell needs to be used;
 ``level`` (:data:`LEVEL`): the conformal level, chosen on the simulator's
 seeds 0/11/23 and 5/17/29 (``python -m vecsched.simulate.replay_scoring``)
@@ -47,11 +48,10 @@ from vecsched.core.forecasts import provisional_p90
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 P50_BANDS = np.array([60.0, 300.0, 900.0])  # upper edges; the last band is open
-THREAD_BANDS = np.array([1, 5, 21])  # 0 | 1-4 | 5-20 | 21+
 MIN_PAIRS = 200
-"""Pairs a cell needs before its quantile is used (else it backs off to a coarser cell)."""
-LEVEL = 0.92
-"""Conformal level of the log score (above 0.9: the other seeds' spread is a noisy guide to a run's own)."""
+"""Pairs a cell needs before its quantile is used (else it backs off to the gentype and phase)."""
+LEVEL = 0.93
+"""Conformal level of the log score: the one whose pooled coverage strays least from 90% on the tuning seeds."""
 OFFSET_SECONDS = 60.0
 """Seconds added to observed and p50 in :func:`log_score` (finite at 0 s; about a minute's margin for short p50s)."""
 
@@ -63,11 +63,9 @@ def _codes(values: Any) -> np.ndarray:
     return np.where(arr == "text", TEXT, np.where(arr == "image", IMAGE, -1)).astype(np.int64)
 
 
-def _cells(p50: np.ndarray, threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(p50 band, thread band) of each entry."""
-    p50_band = np.searchsorted(P50_BANDS, np.nan_to_num(p50, nan=0.0), side="right")
-    thread_band = np.searchsorted(THREAD_BANDS, np.asarray(threads), side="right")
-    return p50_band, thread_band
+def _p50_band(p50: np.ndarray) -> np.ndarray:
+    """The :data:`P50_BANDS` band of each p50 (NaN in the first; NaN p50s are left out by the callers)."""
+    return np.searchsorted(P50_BANDS, np.nan_to_num(p50, nan=0.0), side="right")
 
 
 def conformal_quantile(scores: np.ndarray, level: float = LEVEL) -> float:
@@ -112,13 +110,17 @@ def bound(p50: np.ndarray, q: float, offset: float = OFFSET_SECONDS) -> np.ndarr
 
 
 def calibrated_p90(
-    p50: np.ndarray, *, phase: str, gentype: np.ndarray, threads: np.ndarray, calibration: Mapping[str, Any] | None,
+    p50: np.ndarray, *, phase: str, gentype: np.ndarray, threads: np.ndarray | None = None,
+    calibration: Mapping[str, Any] | None,
 ) -> np.ndarray:
     """p90 seconds for each ``p50``: calibrated where enough pairs exist, else the provisional margin.
 
+    ``threads`` is accepted for the callers and not used (the cells are p50
+    bands; see the module docstring).
+
     Examples
     --------
-    Errors of 0-50% of ``p50 + 60 s``: the p90 of a p50 is about 92% of
+    Errors of 0-50% of ``p50 + 60 s``: the p90 of a p50 is about 93% of
     the way up, ``p50 + 0.46 * (p50 + 60)``, in each p50 band (an additive
     score would give one margin per band). Image has no pairs, and a NaN
     p50 no cell: both keep the provisional p90.
@@ -128,52 +130,37 @@ def calibrated_p90(
     >>> pairs = {"gentype": ["text"] * 1000, "phase": ["start"] * 1000, "p50": p50,
     ...          "observed": p50 + (p50 + 60.0) * rng.uniform(0, 0.5, 1000)}
     >>> p90 = calibrated_p90(np.array([100.0, 700.0, 100.0, np.nan]), phase="start",
-    ...                      gentype=np.array([TEXT, TEXT, IMAGE, TEXT]), threads=np.zeros(4, dtype=int),
-    ...                      calibration={"pairs": pairs})
+    ...                      gentype=np.array([TEXT, TEXT, IMAGE, TEXT]), calibration={"pairs": pairs})
     >>> ((p90[:2] - [100.0, 700.0]) / [160.0, 760.0]).round(2).tolist(), p90[2:].tolist()
-    ([0.47, 0.45], [160.0, nan])
+    ([0.47, 0.46], [160.0, nan])
     """
     out = provisional_p90(p50)
     pairs = (calibration or {}).get("pairs")
     if not pairs or len(pairs.get("p50", ())) == 0:
         return out
-    min_pairs = int((calibration or {}).get("min_pairs", MIN_PAIRS))
-    level = float((calibration or {}).get("level", LEVEL))
-    offset = float((calibration or {}).get("offset", OFFSET_SECONDS))
+    settings = (int((calibration or {}).get("min_pairs", MIN_PAIRS)), float((calibration or {}).get("level", LEVEL)),
+                float((calibration or {}).get("offset", OFFSET_SECONDS)))
     c_p50 = np.asarray(pairs["p50"], dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):  # observed < -offset: never a duration
-        score = log_score(pairs["observed"], c_p50, offset)
+        score = log_score(pairs["observed"], c_p50, settings[2])
     ok = ~np.isnan(score) & (np.asarray(pairs["phase"]) == phase)
-    c_gentype = _codes(pairs["gentype"])
-    has_threads = "threads" in pairs
-    c_threads = np.asarray(pairs["threads"], dtype=np.int64) if has_threads else np.zeros(len(c_p50), dtype=np.int64)
-    c_p50_band, c_thread_band = _cells(c_p50, c_threads)
-    p50_band, thread_band = _cells(p50, threads)
+    c_gentype, c_band, band = _codes(pairs["gentype"]), _p50_band(c_p50), _p50_band(p50)
     known = ~np.isnan(p50)
     for g in np.unique(gentype[known]):
-        mine = ok & (c_gentype == g)
-        # Coarse to fine: each finer cell with enough pairs overrides its coarser one.
-        for level_keys in ((), ("p50",), ("p50", "threads"))[: 3 if has_threads else 2]:
-            _apply(out, p50, known & (gentype == g), mine, score, level_keys,
-                   (p50_band, thread_band), (c_p50_band, c_thread_band), min_pairs, (level, offset))
+        rows, mine = known & (gentype == g), ok & (c_gentype == g)
+        # Coarse to fine: a p50 band with enough pairs overrides the gentype's pooled bound.
+        _apply(out, p50, rows, score[mine], settings)
+        for b in np.unique(band[rows]):
+            _apply(out, p50, rows & (band == b), score[mine & (c_band == b)], settings)
     return out
 
 
-def _apply(out, p50, rows, mine, score, keys, bands, c_bands, min_pairs, level_offset):  # type: ignore[no-untyped-def]
-    """Set ``out[rows]`` per cell of ``keys`` where the cell holds at least ``min_pairs`` pairs."""
-    use = [k for k, name in enumerate(("p50", "threads")) if name in keys]
-    cell = np.zeros(len(p50), dtype=np.int64)
-    c_cell = np.zeros(len(score), dtype=np.int64)
-    for k in use:
-        cell = cell * 8 + bands[k]
-        c_cell = c_cell * 8 + c_bands[k]
-    for value in np.unique(cell[rows]):
-        scores = score[mine & (c_cell == value)]
-        if len(scores) < min_pairs:
-            continue
-        q = conformal_quantile(scores, level_offset[0])
-        at = rows & (cell == value)
-        out[at] = bound(p50[at], q, level_offset[1])
+def _apply(out: np.ndarray, p50: np.ndarray, at: np.ndarray, scores: np.ndarray,
+           settings: tuple[int, float, float]) -> None:
+    """Set ``out[at]`` from ``scores`` (one cell's) if they are at least ``min_pairs``; settings (min_pairs, level, offset)."""
+    min_pairs, level, offset = settings
+    if len(scores) >= min_pairs:
+        out[at] = bound(p50[at], conformal_quantile(scores, level), offset)
 
 
 MIN_CANCELLED = 20

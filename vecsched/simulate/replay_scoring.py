@@ -48,8 +48,7 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
                 continue
             p50 = np.array([p.p50 for p in rows], dtype=np.float64)
             gentype = np.array([TEXT if p.gentype == "text" else IMAGE for p in rows])
-            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, threads=np.zeros(len(rows), dtype=np.int64),
-                                 calibration=calibration)
+            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration)
             out += [replace(p, estimator=CALIBRATED, p90=float(v)) for p, v in zip(rows, p90)]
         out += [replace(p, estimator=CALIBRATED) for p in own if p.phase not in ("start", "completion") or p.p50 is None]
     return out
