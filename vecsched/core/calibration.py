@@ -157,7 +157,10 @@ def calibrated_p90(
 
 def _apply(out: np.ndarray, p50: np.ndarray, at: np.ndarray, scores: np.ndarray,
            settings: tuple[int, float, float]) -> None:
-    """Set ``out[at]`` from ``scores`` (one cell's) if they are at least ``min_pairs``; settings (min_pairs, level, offset)."""
+    """Set ``out[at]`` from one cell's ``scores`` if it holds at least ``min_pairs``.
+
+    ``settings``: (min_pairs, level, offset).
+    """
     min_pairs, level, offset = settings
     if len(scores) >= min_pairs:
         out[at] = bound(p50[at], conformal_quantile(scores, level), offset)
