@@ -115,6 +115,22 @@ def test_a_request_that_expires_unstarted_is_a_stall_and_frees_its_turn() -> Non
     assert got["r2"]["start_p50"] == 10.0 and not got["r2"]["predicted_stall"]
 
 
+def test_a_start_within_the_stall_margin_of_expiry_is_a_stall_with_the_same_p50s() -> None:
+    # One thread: r2 starts at 100 s with 880 s left, within 800 thread-seconds / 1 thread of its
+    # expiry: a stall (text's default margin); r3 starts at 200 s with 1,190 s left: not one.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("r1", ["m"], 30), _request("r2", ["m"], 20, life=900.0), _request("r3", ["m"], 10)])
+    got = _replay(doc)
+    assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 200.0]
+    assert [got[r]["predicted_stall"] for r in ("r1", "r2", "r3")] == [False, True, False]
+    # A narrower margin, none, or only image's: r2 is no stall, and no p50 moves.
+    for margin in ((400.0, 0.0), (0.0, 0.0), (0.0, 800.0)):
+        other = _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, stall_margin=margin))
+        assert not any(other[r]["predicted_stall"] for r in other)
+        assert all(other[r]["start_p50"] == got[r]["start_p50"] and other[r]["completion_p50"] == got[r]["completion_p50"]
+                   for r in got)
+
+
 def test_a_request_cancelled_ahead_frees_its_place_and_keeps_its_own_forecast() -> None:
     # At 0.01 cancellations per second, the three leave at 96.2, 26.9 and 192.5 s (RP.leave_times).
     # A takes r1 at 0 (100 s); at 100 s r2 has been cancelled: it would have started then, and
@@ -299,15 +315,20 @@ def _reference_loop(snapshot, p, workers, entries, eligible, started, horizon, s
         done[pick] = max(done[pick], finish)
         left[pick] -= 1
         heapq.heappush(heap, (finish + overhead, k))
+    code = 0 if not workers or workers[0]["gentype"] == "text" else 1
+    margin = s.stall_margin[code] if code < len(s.stall_margin) else 0.0
     out = {}
     for j, e in enumerate(entries):
         if e[0][3] == math.inf:
             continue
         rid = e[1]["id"]
+        # Started within stall_margin / (its eligible threads) seconds of expiry: a stall as well.
+        threads = sum(int(w["threads"]) for w in workers if w["id"] in eligible[rid])
+        near = margin > 0 and start[j] is not None and start[j] >= e[4] - margin / max(threads, 1)
         out[rid] = {"start": 0.0 if rid in started else start[j],
                     "done": done[j] if left[j] == 0 and not gone[j] else None,
                     "inflight": R.in_flight_part(e[1], p),
-                    "stall": rid not in started and (start[j] is None or not eligible[rid])}
+                    "stall": rid not in started and (start[j] is None or not eligible[rid] or near)}
     return out
 
 

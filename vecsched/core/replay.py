@@ -65,6 +65,11 @@ class ReplaySettings:
     calibration's ``cancel_hazard`` (learned from the pairs) replaces it. A
     request cancelled in the replay frees its place for those behind it; its
     own forecast is the one of staying (its start: when a thread reached it).
+    ``stall_margin``: per gentype code, thread-seconds: a request the replay
+    starts within ``stall_margin / eligible threads`` seconds of its expiry
+    is a predicted stall too (a start that close, resting on few threads, is
+    one worker's departure or one burst away from missing; text only by
+    default, see docs/replay.md). Start and completion p50s are unchanged.
     """
 
     arrival_window: float = 150.0
@@ -78,6 +83,7 @@ class ReplaySettings:
     absent_after: float | None = 120.0
     prior_jobs: float = 3.0
     gap_cap: float = 10.0
+    stall_margin: tuple[float, ...] = (800.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -429,10 +435,21 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     c = np.maximum(c, inp.inflight[rows])
     s = np.where(started, 0.0, s)
     # Cancelled in the replay: not a stall; its start is when a thread reached it.
-    stall = ~started & ((never & ~gave_up[k]) | ~reachable)
+    stall = ~started & ((never & ~gave_up[k]) | ~reachable | _near_expiry(s, inp, queue, settings))
     s[~reachable & ~started] = np.nan
     c[~reachable & ~(inp.inflight[rows] > 0)] = np.nan
     return ReplayResult(start=s, completion=c, stall=stall)
+
+
+def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, settings: ReplaySettings) -> np.ndarray:
+    """Rows of ``queue`` whose replayed ``start`` falls within ``stall_margin / eligible threads`` of expiry."""
+    code = queue.gentype
+    margin = settings.stall_margin[code] if code < len(settings.stall_margin) else 0.0
+    if margin <= 0:
+        return np.zeros(len(queue.rows), dtype=bool)
+    threads = np.maximum(inp.threads[queue.rows], 1).astype(np.float64)
+    # A start at or past expiry is a stall already; the margin widens that by margin / threads.
+    return start >= inp.seconds_left[queue.rows] - margin / threads
 
 
 def waiting_rows(snapshot: Any) -> np.ndarray:

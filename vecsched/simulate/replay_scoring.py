@@ -19,7 +19,7 @@ import argparse
 import json
 import os
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -55,13 +55,17 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
 
 
 class _Sightings:
-    """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads."""
+    """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads.
 
-    def __init__(self) -> None:
+    The first forecasts of the estimators named in ``views`` go under the row's ``views`` key.
+    """
+
+    def __init__(self, views: Sequence[str] = ()) -> None:
         from vecsched.simulate.production import FirstSightings
 
         self.inner = FirstSightings()
         self.rows: dict[str, dict[str, Any]] = {}
+        self.views = tuple(views)
 
     def __call__(self, snapshot: Any, estimates: Any) -> None:
         import pandas as pd
@@ -75,6 +79,8 @@ class _Sightings:
             for k, e in zip(new.tolist(), expiry.tolist()):
                 self.rows[str(ids[k])] = dict(f.row(k), threads=int(threads[k]), left=float(e - snapshot.now),
                                               at=float(snapshot.now))
+                if self.views:
+                    self.rows[str(ids[k])]["views"] = {v: estimates.forecasts[v].row(k) for v in self.views}
         self.inner(snapshot, estimates)
 
     def outcomes(self, sim: Any) -> list[Any]:
@@ -113,34 +119,42 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
     return score_seeds(name, minutes, seeds)[0]
 
 
-def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None
-                ) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None,
+                views: Sequence[Callable[[Any], Any]] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
     first-sighting forecast (with its eligible threads and seconds to expiry),
     to study calibrations and stall rules offline on the same runs.
+    ``views``: functions making, from each seed's replay settings, a further
+    estimator registered beside the replay for that run (another view of the
+    future); their first forecasts go into the dump (``views`` of each row).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
 
-    from vecsched.core.forecasts import register
+    from vecsched.core.forecasts import ESTIMATORS, register
     from vecsched.core.replay import DispatchReplayV1, ReplaySettings
 
     hazards = {seed: cancel_hazards(_plain_run(name, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
     pooled: list[Any] = []
     sighted: dict[str, dict[str, Any]] = {}
+    extra: list[Any] = []
     try:
         for seed in seeds:
             # Cancellations as the job learns them from its pairs, here from other seeds' runs.
             others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
             learned = tuple(float(np.mean(h)) for h in zip(*others))
-            register(DispatchReplayV1(settings=replace(ReplaySettings(), cancel_hazard=learned)))
-            sightings = _Sightings()
+            settings = replace(ReplaySettings(), cancel_hazard=learned)
+            register(DispatchReplayV1(settings=settings))
+            extra = [register(view(settings)) for view in views]
+            sightings = _Sightings([v.name for v in extra])
             result = run(name, minutes, seed, on_snapshot=sightings)
             pooled.extend(seeded(sightings.outcomes(result.sim), seed))
             sighted.update({f"{seed}:{k}": v for k, v in sightings.replay_rows().items()})
     finally:
+        for view in extra:
+            ESTIMATORS.pop(view.name, None)
         enable()
     if dump:
         import pickle
