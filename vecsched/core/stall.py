@@ -30,7 +30,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import unique_rows, unpack_words
-from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
+from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums, takeable_rows
 from vecsched.core.stall_sums import (
     binned_sums,
     dominance_sums,
@@ -172,6 +172,34 @@ def distinct_rows(words: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarra
     return unpack_words(words[first], n_cols), of
 
 
+def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.ndarray, ...]:
+    """``(member, member_of, takeable, takeable_of)``: the distinct rows of the ``rows``' eligible workers and takeable signatures.
+
+    Rows alike in a matrix share one of its rows: every sum over a row's
+    columns is read once for them. Without ``history`` no worker's membership
+    matters (a one-cell matrix). Takeable signatures are read from the
+    eligibility stage when it formed them (text competition does), else ORed
+    from the distinct rows' eligible workers (:func:`~vecsched.core.stall_prefix.takeable_rows`):
+    forming every row of ``Takes.takeable`` for image cost more than the rest of the stage's image arrivals.
+    """
+    words = membership_words(elig, rows)
+    first, alike = unique_rows(np.ascontiguousarray(words))
+    if history:
+        member, member_of = unpack_words(words[first], len(elig.worker_rows)), alike
+    else:
+        member, member_of = np.zeros((1, 1), bool), np.zeros(len(rows), np.int64)
+    takes = elig.competition
+    if takes is None:
+        return member, member_of, None, None
+    formed = vars(takes).get("takeable")  # a cached property: present once the eligibility stage read it
+    if formed is not None:
+        signatures = formed[rows]
+    else:
+        signatures = takeable_rows(words[first], takes.class_rows[takes.worker_class])[alike]
+    takeable, takeable_of = distinct_rows(signatures, takes.n_signatures)
+    return member, member_of, takeable, takeable_of
+
+
 def stall(
     snapshot: Snapshot,
     wk: WorkerArrays,
@@ -207,14 +235,8 @@ def stall(
     if len(looked):
         ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
-        # Rows alike in a matrix share one of its rows: every sum over a row's columns is read once for them.
-        if len(ev.d_time) or len(ev.c_time):
-            member, member_of = distinct_rows(membership_words(elig, rows), len(elig.worker_rows))
-        else:  # no history: no worker's membership matters
-            member, member_of = np.zeros((1, 1), bool), np.zeros(len(rows), np.int64)
         takes = elig.competition
-        if takes is not None:
-            takeable, takeable_of = distinct_rows(takes.takeable[rows], takes.n_signatures)
+        member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0)
         owners = snapshot.requests.user_id[rq.index]
         signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
