@@ -32,6 +32,7 @@ from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import unique_rows, unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums, takeable_rows
 from vecsched.core.stall_sums import (
+    RowSets,
     binned_sums,
     dominance_sums,
     expand_ranges,
@@ -318,21 +319,23 @@ def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     Every sum is read below each request's start c and after (every event
     kept is at or before now, so the sums after are the row's totals); the
     sums split into halves (matched returns and their work, arriving pops)
-    are also read below the midpoint, in a second pass over those items
-    alone (four weights of twelve, about a third of the items). Halves
-    are differences of those sums. Items (columns of ``weights``):
+    are also read below the midpoint, over those items alone. Halves are
+    differences of those sums. Items (columns of ``weights``):
 
-    * returns, by time: matched, unmatched, matched work;
+    * matched returns, by time: count, work;
     * pops (those not recorded before their request's creation), by time:
-      every pop, priority passes, active ones; the other pops and active ones
-      (before c they are ahead of a request of the lowest priority);
+      priority passes, active ones; the other pops and active ones (before c
+      they are ahead of a request of the lowest priority); every pop is the
+      sum of the two kinds;
     * for requests at the lowest priority of the pops, the pops that precede
       them and arrive: priority passes or higher priority, by creation (work,
       count); and the other pops ahead by queue key: higher priority (read as
       created at -inf), or the lowest priority created before c (count,
       active).
 
-    The pops' sums are kept in ``context.by_time`` for :func:`_recent_dispatches`.
+    Unmatched returns, rare, are read on their own: one weight fewer for
+    every other item. The pops' sums are kept in ``context.by_time`` for
+    :func:`_recent_dispatches`.
     """
     ev = context.ev
     recent = context.rq.created[looked] >= context.now - WINDOW_SECONDS
@@ -344,41 +347,55 @@ def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     context.lowest = int(ev.d_priority[d].min()) if len(d) else 0
     pp, active, prio = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool), ev.d_priority[d]
     arriving, plain = np.flatnonzero(pp | (prio > context.lowest)), np.flatnonzero(~pp)
+    matched = np.flatnonzero(ev.c_matched)
     groups = [  # (item columns, item x, weights, which weights are split into halves)
-        (ev.c_worker, ev.c_time, [ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)], [True, False, True]),
-        (ev.d_worker[d], ev.d_time[d], [np.ones(len(d)), pp, pp & active, ~pp, ~pp & active], [False] * 5),
+        (ev.c_worker[matched], ev.c_time[matched], [np.ones(len(matched)), ev.c_work[matched]], [True, True]),
+        (ev.d_worker[d], ev.d_time[d], [pp, pp & active, ~pp, ~pp & active], [False] * 4),
         (ev.d_worker[d[arriving]], ev.d_created[d[arriving]], [ev.d_work[d[arriving]], np.ones(len(arriving))],
          [True, True]),
         (ev.d_worker[d[plain]], np.where(prio[plain] > context.lowest, -np.inf, ev.d_created[d[plain]]),
          [np.ones(len(plain)), active[plain]], [False, False]),
     ]
+    start = context.start[k]
+    # A request created after now has no window: its midpoint falls before its start.
+    below = _by_time_sums(context.member_sets, rows, start, np.maximum(context.middle[k], start), groups)
+    pops = below[2:6]
+    context.by_time = np.concatenate([pops[0:1] + pops[2:3], pops, below[6:]])  # every pop first
+    context.arriving_pops = d[arriving]
+    unmatched = np.flatnonzero(~ev.c_matched)
+    if len(unmatched):
+        seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, np.full(len(k), np.inf)]),
+                           item_col=ev.c_worker[unmatched], item_x=ev.c_time[unmatched],
+                           weights=np.ones((1, len(unmatched))))[0]
+        context.incomplete[k] |= seen[1] - seen[0] > 0.5
+    for h in (0, 1):
+        count = np.rint(below[0, h + 1] - below[0, h]).astype(np.int64)
+        context.counts[h][k] += count
+        context.out["returned_capacity"][k] += count
+        # Differences of sums: a half with no return has exactly no work.
+        context.halves[2 + h][k] += np.where(count > 0, below[1, h + 1] - below[1, h], 0.0)
+
+
+def _by_time_sums(sets: RowSets, rows: np.ndarray, start: np.ndarray, middle: np.ndarray, groups: list) -> np.ndarray:
+    """``out[m, t, q]``: the groups' weights ``m`` below start, midpoint and after (:func:`_recent_by_time`).
+
+    The midpoint reads only the weights split into halves, over the items that weigh in them.
+    """
     sizes = [len(g[1]) for g in groups]
     weights = np.zeros((sum(len(g[2]) for g in groups), sum(sizes)))
     row, at = 0, 0
     for (_, _, ws, _), size in zip(groups, sizes):
         weights[row : row + len(ws), at : at + size] = ws
         row, at = row + len(ws), at + size
-    start = context.start[k]
-    # A request created after now has no window: its midpoint falls before its start.
-    middle = np.maximum(context.middle[k], start)
     item_col, item_x = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
-    below = np.zeros((len(weights), 3, len(k)))
-    below[:, ::2] = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, np.full(len(k), np.inf)]),
-                                item_col=item_col, item_x=item_x, weights=weights)
-    # Only the returns' and the arriving pops' halves are read at the midpoint: those items alone, fewer weights.
+    out = np.zeros((len(weights), 3, len(rows)))
+    out[:, ::2] = binned_sums(sets=sets, query_row=rows, query_x=np.stack([start, np.full(len(rows), np.inf)]),
+                              item_col=item_col, item_x=item_x, weights=weights)
     split = np.flatnonzero(np.concatenate([g[3] for g in groups]))
     items = np.flatnonzero(weights[split].any(axis=0))
-    below[split, 1] = binned_sums(sets=context.member_sets, query_row=rows, query_x=middle[None, :], item_col=item_col[items],
-                                  item_x=item_x[items], weights=weights[split][:, items])[:, 0]
-    context.by_time, context.arriving_pops = below[3:], d[arriving]
-    halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
-    context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
-    for h, half in enumerate(halves):
-        count = np.rint(half[0]).astype(np.int64)
-        context.counts[h][k] += count
-        context.out["returned_capacity"][k] += count
-        # Differences of sums: a half with no return has exactly no work.
-        context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
+    out[split, 1] = binned_sums(sets=sets, query_row=rows, query_x=middle[None, :], item_col=item_col[items],
+                                item_x=item_x[items], weights=weights[split][:, items])[:, 0]
+    return out
 
 
 def _created_at(context: _Context, member: np.ndarray, k: np.ndarray, rows: np.ndarray, pops: np.ndarray) -> np.ndarray:
