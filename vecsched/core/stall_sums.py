@@ -358,7 +358,21 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     qq, item = q[i], by_level[j]
     held = sets.matrix[query_row[qq], item_col[item]]
     qq, item = qq[held], item[held]
+    n_t, x = query_x.shape[0], item_x[item]
+    if n_t > 1 and np.all(np.diff(query_x[:, q], axis=0) >= 0):
+        # Thresholds ascending: a pair counts at each threshold from the first above its x on. One
+        # bincount per weight by (that threshold, query), then a running sum over thresholds.
+        first = np.zeros(len(qq), np.int64)
+        for t in range(n_t):
+            first += x >= query_x[t, qq]
+        keep = np.flatnonzero(first < n_t)
+        n = out.shape[2]
+        cell = first[keep] * n + qq[keep]
+        for m in range(len(weights)):
+            add = np.bincount(cell, weights=weights[m, item[keep]], minlength=n_t * n).reshape(n_t, n)
+            out[m] += np.cumsum(add, axis=0)
+        return
     by_item = np.ascontiguousarray(weights.T)
-    for t in range(query_x.shape[0]):
-        low = item_x[item] < query_x[t, qq]
+    for t in range(n_t):
+        low = x < query_x[t, qq]
         _add_runs(out[:, t], qq[low], by_item[item[low]])
