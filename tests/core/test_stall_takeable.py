@@ -29,3 +29,16 @@ def test_takeable_rows_equal_the_eligibility_stage(seed: int, monkeypatch: pytes
     monkeypatch.setattr(estimate_module, "_stall", check)
     estimate_module.estimate(horde(workers=120, requests=1500, seed=seed))
     assert len(seen) == 2 and any(n_special for _, n_special in seen)
+
+
+def test_either_way_of_forming_takeable_rows_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vecsched.core import stall as stall_module
+    from vecsched.synthetic_history import with_history
+
+    snapshot = with_history(horde(workers=60, requests=600, seed=1), seed=1)
+    by_workers = estimate_module.estimate(snapshot).columns
+    monkeypatch.setattr(stall_module, "TAKEABLE_WORD_ORS", -1)  # always Takes.takeable
+    by_keys = estimate_module.estimate(snapshot).columns
+    for name in (*stall_module.INT_COLUMNS, *stall_module.FLOAT_COLUMNS, "might_stall", "stall_evidence"):
+        assert np.array_equal(by_workers[name], by_keys[name]), name
+    assert by_workers["arriving_work"].any()

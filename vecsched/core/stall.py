@@ -45,6 +45,11 @@ WINDOW_SECONDS = 300.0
 MIN_WINDOW_SECONDS = 120.0
 PAIRS_PER_CHUNK = 1 << 22
 TOP_LEVEL = np.iinfo(np.int64).max  # a priority pass precedes whatever the priority
+# Most word ORs (runs of eight workers x distinct rows x signature words) for which takeable_rows forms the
+# rows' takeable signatures (about 2 ns each; realistic 2,000 x 50,000 image: 31M, 0.06 s against 0.35 s for
+# Takes.takeable). Above it (many workers, or signatures: 20,000 x 1M, adversarial hordes) Takes.takeable's
+# walk over model keys is cheaper.
+TAKEABLE_WORD_ORS = 1 << 27
 
 # Evidence, in the order section 7 tries them; the code is the position.
 EVIDENCE = (
@@ -180,8 +185,10 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.
     columns is read once for them. Without ``history`` no worker's membership
     matters (a one-cell matrix). Takeable signatures are read from the
     eligibility stage when it formed them (text competition does), else ORed
-    from the distinct rows' eligible workers (:func:`~vecsched.core.stall_prefix.takeable_rows`):
-    forming every row of ``Takes.takeable`` for image cost more than the rest of the stage's image arrivals.
+    from the distinct rows' eligible workers
+    (:func:`~vecsched.core.stall_prefix.takeable_rows`) when that is cheap
+    (:data:`TAKEABLE_WORD_ORS`): forming every row of ``Takes.takeable`` for
+    image cost more than the rest of the stage's image arrivals.
     """
     words = membership_words(elig, rows)
     first, alike = unique_rows(np.ascontiguousarray(words))
@@ -193,10 +200,11 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.
     if takes is None:
         return member, member_of, None, None
     formed = vars(takes).get("takeable")  # a cached property: present once the eligibility stage read it
-    if formed is not None:
-        signatures = formed[rows]
-    else:
+    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * takes.class_rows.shape[1]  # takeable_rows' cost
+    if formed is None and word_ors <= TAKEABLE_WORD_ORS:
         signatures = takeable_rows(words[first], takes.class_rows[takes.worker_class])[alike]
+    else:  # formed already, or too many workers x rows x signatures to OR them eight workers at a time
+        signatures = takes.takeable[rows]
     takeable, takeable_of = distinct_rows(signatures, takes.n_signatures)
     return member, member_of, takeable, takeable_of
 
