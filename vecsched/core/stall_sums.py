@@ -369,20 +369,19 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     i, j = expand_ranges(first, np.full(len(q), len(by_level)))
     qq, item = q[i], by_level[j]
     held = _held(sets.matrix, np.take(query_row, qq), np.take(item_col, item))
-    qq, item = qq[held], item[held]
+    i, qq, item = i[held], qq[held], item[held]
     n_t, x = query_x.shape[0], item_x[item]
     if n_t > 1 and np.all(np.diff(query_x[:, q], axis=0) >= 0):
         # Thresholds ascending: a pair counts at each threshold from the first above its x on. One
-        # bincount per weight by (that threshold, query), then a running sum over thresholds.
+        # bincount per weight by (that threshold, query of q), then a running sum over thresholds.
         first = np.zeros(len(qq), np.int64)
         for t in range(n_t):
             first += x >= query_x[t, qq]
         keep = np.flatnonzero(first < n_t)
-        n = out.shape[2]
-        cell = first[keep] * n + qq[keep]
+        cell = first[keep] * len(q) + i[keep]
         for m in range(len(weights)):
-            add = np.bincount(cell, weights=weights[m, item[keep]], minlength=n_t * n).reshape(n_t, n)
-            out[m] += np.cumsum(add, axis=0)
+            add = np.bincount(cell, weights=weights[m, item[keep]], minlength=n_t * len(q)).reshape(n_t, len(q))
+            out[m][:, q] += np.cumsum(add, axis=0)
         return
     by_item = np.ascontiguousarray(weights.T)
     for t in range(n_t):
