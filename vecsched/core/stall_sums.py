@@ -34,6 +34,7 @@ COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: th
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
+DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
 
 
 @dataclass(frozen=True)
@@ -363,27 +364,22 @@ def dominance_sums(
 
 
 def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights) -> None:
-    """Add the items of ``between`` whose level is above the query's, pair by pair, for the queries ``q``."""
+    """Add the items of ``between`` whose level is above the query's, for the queries ``q``.
+
+    A band's queries and its items between levels are few (a few hundred each): every
+    (query, item) cell is judged in dense blocks, the held cells below each threshold summed by
+    one product per threshold, rather than listed pair by pair (several times slower per pair).
+    """
     by_level = between[np.argsort(item_level[between], kind="stable")]
     first = np.searchsorted(item_level[by_level], query_level[q], "right")
-    i, j = expand_ranges(first, np.full(len(q), len(by_level)))
-    qq, item = q[i], by_level[j]
-    held = _held(sets.matrix, np.take(query_row, qq), np.take(item_col, item))
-    i, qq, item = i[held], qq[held], item[held]
-    n_t, x = query_x.shape[0], item_x[item]
-    if n_t > 1 and np.all(np.diff(query_x[:, q], axis=0) >= 0):
-        # Thresholds ascending: a pair counts at each threshold from the first above its x on. One
-        # bincount per weight by (that threshold, query of q), then a running sum over thresholds.
-        first = np.zeros(len(qq), np.int64)
-        for t in range(n_t):
-            first += x >= query_x[t, qq]
-        keep = np.flatnonzero(first < n_t)
-        cell = first[keep] * len(q) + i[keep]
-        for m in range(len(weights)):
-            add = np.bincount(cell, weights=weights[m, item[keep]], minlength=n_t * len(q)).reshape(n_t, len(q))
-            out[m][:, q] += np.cumsum(add, axis=0)
-        return
-    by_item = np.ascontiguousarray(weights.T)
-    for t in range(n_t):
-        low = x < query_x[t, qq]
-        _add_runs(out[:, t], qq[low], np.take(by_item, item[low], axis=0))
+    cols, xs = np.take(item_col, by_level), np.take(item_x, by_level)
+    by_item = np.ascontiguousarray(np.take(weights, by_level, axis=1).T)
+    chunk = max(1, DENSE_PAIR_CELLS // max(len(by_level), 1))
+    for lo in range(0, len(q), chunk):
+        b = q[lo : lo + chunk]
+        # held[k, j]: query b[k]'s row holds item j's column and the item's level is above the query's.
+        held = np.take(np.take(sets.matrix, np.take(query_row, b), axis=0), cols, axis=1)
+        held &= np.arange(len(by_level))[None, :] >= first[lo : lo + chunk, None]
+        for t in range(query_x.shape[0]):
+            below = held & (xs[None, :] < query_x[t, b][:, None])
+            out[:, t, b] += (below.astype(np.float64) @ by_item).T
