@@ -199,7 +199,7 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.
     takes = elig.competition
     if takes is None:
         return member, member_of, None, None
-    formed = vars(takes).get("takeable")  # a cached property: present once the eligibility stage read it
+    formed = getattr(takes, "__dict__", {}).get("takeable")  # a cached property: present once the eligibility stage read it
     word_ors = -(-len(elig.worker_rows) // 8) * len(first) * takes.class_rows.shape[1]  # takeable_rows' cost
     if formed is None and word_ors <= TAKEABLE_WORD_ORS:
         signatures = takeable_rows(words[first], takes.class_rows[takes.worker_class])[alike]
