@@ -118,7 +118,10 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
     now = snapshot.now
     local = pd.Index(wk.ids[worker_rows])
     d, c = snapshot.dispatches, snapshot.capacity_returns
-    returned = pd.Index(c.dispatch_id).unique() if len(c) else pd.Index([], dtype=object)
+    # Each return's dispatch (-1: unknown), found once: it gives both the returns' work and which pops are returned.
+    returns_of = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id) if len(c) and len(d) else np.full(len(c), -1)
+    returned = np.zeros(len(d), bool)
+    returned[returns_of[returns_of >= 0]] = True
     lw = local.get_indexer(d.worker_id) if len(d) else np.zeros(0, np.int64)
     # A pop counts only from the capability state its worker is still in.
     state_now = snapshot.workers.state[worker_rows[np.maximum(lw, 0)]] if len(worker_rows) else d.worker_state
@@ -132,7 +135,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
 
     clw = local.get_indexer(c.worker_id) if len(c) else np.zeros(0, np.int64)
     ckeep = np.flatnonzero((clw >= 0) & (c.returned_at >= now - WINDOW_SECONDS) & (c.returned_at <= now))
-    which = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id[ckeep]) if len(ckeep) else np.zeros(0, np.int64)
+    which = returns_of[ckeep]
     return Events(
         d_time=d.dispatched_at[kept],
         d_worker=lw[kept],
@@ -140,7 +143,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
         d_created=d.request_created[kept],
         d_priority_pass=pp,
         d_work=d.assigned_work[kept],
-        d_active=~np.asarray(pd.Index(d.dispatch_id[kept]).isin(returned), dtype=bool),
+        d_active=~returned[kept],
         d_request=pd.Index(request_ids).get_indexer(d.request_id[kept]) if len(kept) else np.zeros(0, np.int64),
         d_users=d_users,
         c_time=c.returned_at[ckeep],
