@@ -374,7 +374,8 @@ def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_co
     first = np.searchsorted(item_level[by_level], query_level[q], "right")
     cols, xs = np.take(item_col, by_level), np.take(item_x, by_level)
     by_item = np.ascontiguousarray(np.take(weights, by_level, axis=1).T)
-    chunk = max(1, DENSE_PAIR_CELLS // max(len(by_level), 1))
+    # The block of the queries' rows, then of the items' columns: both bounded.
+    chunk = max(1, DENSE_PAIR_CELLS // max(len(by_level), sets.matrix.shape[1], 1))
     for lo in range(0, len(q), chunk):
         b = q[lo : lo + chunk]
         # held[k, j]: query b[k]'s row holds item j's column and the item's level is above the query's.
