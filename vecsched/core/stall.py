@@ -30,8 +30,9 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import unique_rows, unpack_words
-from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums
+from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums, takeable_rows
 from vecsched.core.stall_sums import (
+    RowSets,
     binned_sums,
     dominance_sums,
     expand_ranges,
@@ -44,6 +45,11 @@ WINDOW_SECONDS = 300.0
 MIN_WINDOW_SECONDS = 120.0
 PAIRS_PER_CHUNK = 1 << 22
 TOP_LEVEL = np.iinfo(np.int64).max  # a priority pass precedes whatever the priority
+# Most word ORs (runs of eight workers x distinct rows x signature words) for which takeable_rows forms the
+# rows' takeable signatures (about 2 ns each; realistic 2,000 x 50,000 image: 31M, 0.06 s against 0.35 s for
+# Takes.takeable). Above it (many workers, or signatures: 20,000 x 1M, adversarial hordes) Takes.takeable's
+# walk over model keys is cheaper.
+TAKEABLE_WORD_ORS = 1 << 27
 
 # Evidence, in the order section 7 tries them; the code is the position.
 EVIDENCE = (
@@ -112,7 +118,10 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
     now = snapshot.now
     local = pd.Index(wk.ids[worker_rows])
     d, c = snapshot.dispatches, snapshot.capacity_returns
-    returned = pd.Index(c.dispatch_id).unique() if len(c) else pd.Index([], dtype=object)
+    # Each return's dispatch (-1: unknown), found once: it gives both the returns' work and which pops are returned.
+    returns_of = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id) if len(c) and len(d) else np.full(len(c), -1)
+    returned = np.zeros(len(d), bool)
+    returned[returns_of[returns_of >= 0]] = True
     lw = local.get_indexer(d.worker_id) if len(d) else np.zeros(0, np.int64)
     # A pop counts only from the capability state its worker is still in.
     state_now = snapshot.workers.state[worker_rows[np.maximum(lw, 0)]] if len(worker_rows) else d.worker_state
@@ -126,7 +135,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
 
     clw = local.get_indexer(c.worker_id) if len(c) else np.zeros(0, np.int64)
     ckeep = np.flatnonzero((clw >= 0) & (c.returned_at >= now - WINDOW_SECONDS) & (c.returned_at <= now))
-    which = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id[ckeep]) if len(ckeep) else np.zeros(0, np.int64)
+    which = returns_of[ckeep]
     return Events(
         d_time=d.dispatched_at[kept],
         d_worker=lw[kept],
@@ -134,7 +143,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
         d_created=d.request_created[kept],
         d_priority_pass=pp,
         d_work=d.assigned_work[kept],
-        d_active=~np.asarray(pd.Index(d.dispatch_id[kept]).isin(returned), dtype=bool),
+        d_active=~returned[kept],
         d_request=pd.Index(request_ids).get_indexer(d.request_id[kept]) if len(kept) else np.zeros(0, np.int64),
         d_users=d_users,
         c_time=c.returned_at[ckeep],
@@ -172,6 +181,37 @@ def distinct_rows(words: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarra
     return unpack_words(words[first], n_cols), of
 
 
+def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.ndarray, ...]:
+    """``(member, member_of, takeable, takeable_of)``: the distinct rows of the ``rows``' eligible workers and takeable signatures.
+
+    Rows alike in a matrix share one of its rows: every sum over a row's
+    columns is read once for them. Without ``history`` no worker's membership
+    matters (a one-cell matrix). Takeable signatures are read from the
+    eligibility stage when it formed them (text competition does), else ORed
+    from the distinct rows' eligible workers
+    (:func:`~vecsched.core.stall_prefix.takeable_rows`) when that is cheap
+    (:data:`TAKEABLE_WORD_ORS`): forming every row of ``Takes.takeable`` for
+    image cost more than the rest of the stage's image arrivals.
+    """
+    words = membership_words(elig, rows)
+    first, alike = unique_rows(np.ascontiguousarray(words))
+    if history:
+        member, member_of = unpack_words(words[first], len(elig.worker_rows)), alike
+    else:
+        member, member_of = np.zeros((1, 1), bool), np.zeros(len(rows), np.int64)
+    takes = elig.competition
+    if takes is None:
+        return member, member_of, None, None
+    formed = getattr(takes, "__dict__", {}).get("takeable")  # a cached property: present once the eligibility stage read it
+    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * takes.class_rows.shape[1]  # takeable_rows' cost
+    if formed is None and word_ors <= TAKEABLE_WORD_ORS:
+        signatures = takeable_rows(words[first], takes.class_rows[takes.worker_class])[alike]
+    else:  # formed already, or too many workers x rows x signatures to OR them eight workers at a time
+        signatures = takes.takeable[rows]
+    takeable, takeable_of = distinct_rows(signatures, takes.n_signatures)
+    return member, member_of, takeable, takeable_of
+
+
 def stall(
     snapshot: Snapshot,
     wk: WorkerArrays,
@@ -207,14 +247,8 @@ def stall(
     if len(looked):
         ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
-        # Rows alike in a matrix share one of its rows: every sum over a row's columns is read once for them.
-        if len(ev.d_time) or len(ev.c_time):
-            member, member_of = distinct_rows(membership_words(elig, rows), len(elig.worker_rows))
-        else:  # no history: no worker's membership matters
-            member, member_of = np.zeros((1, 1), bool), np.zeros(len(rows), np.int64)
         takes = elig.competition
-        if takes is not None:
-            takeable, takeable_of = distinct_rows(takes.takeable[rows], takes.n_signatures)
+        member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0)
         owners = snapshot.requests.user_id[rq.index]
         signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
@@ -293,22 +327,26 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
 def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
     """One pass for the requests created within the window: their returns, and the sums of their pops.
 
-    Every sum is read below each request's start c, its midpoint and after
-    (every event kept is at or before now, so the sums after are the row's
-    totals); halves are differences of those sums. Items (columns of
-    ``weights``):
+    Every sum is read below each request's start c and after (every event
+    kept is at or before now, so the sums after are the row's totals); the
+    sums split into halves (matched returns and their work, arriving pops)
+    are also read below the midpoint, over those items alone. Halves are
+    differences of those sums. Items (columns of ``weights``):
 
-    * returns, by time: matched, unmatched, matched work;
+    * matched returns, by time: count, work;
     * pops (those not recorded before their request's creation), by time:
-      every pop, priority passes, active ones; the other pops and active ones
-      (before c they are ahead of a request of the lowest priority);
+      priority passes, active ones; the other pops and active ones (before c
+      they are ahead of a request of the lowest priority); every pop is the
+      sum of the two kinds;
     * for requests at the lowest priority of the pops, the pops that precede
       them and arrive: priority passes or higher priority, by creation (work,
       count); and the other pops ahead by queue key: higher priority (read as
       created at -inf), or the lowest priority created before c (count,
       active).
 
-    The pops' sums are kept in ``context.by_time`` for :func:`_recent_dispatches`.
+    Unmatched returns, rare, are read on their own: one weight fewer for
+    every other item. The pops' sums are kept in ``context.by_time`` for
+    :func:`_recent_dispatches`.
     """
     ev = context.ev
     recent = context.rq.created[looked] >= context.now - WINDOW_SECONDS
@@ -320,34 +358,55 @@ def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     context.lowest = int(ev.d_priority[d].min()) if len(d) else 0
     pp, active, prio = ev.d_priority_pass[d].astype(bool), ev.d_active[d].astype(bool), ev.d_priority[d]
     arriving, plain = np.flatnonzero(pp | (prio > context.lowest)), np.flatnonzero(~pp)
-    groups = [  # (item columns, item x, weights)
-        (ev.c_worker, ev.c_time, [ev.c_matched, ~ev.c_matched, np.where(ev.c_matched, ev.c_work, 0.0)]),
-        (ev.d_worker[d], ev.d_time[d], [np.ones(len(d)), pp, pp & active, ~pp, ~pp & active]),
-        (ev.d_worker[d[arriving]], ev.d_created[d[arriving]], [ev.d_work[d[arriving]], np.ones(len(arriving))]),
+    matched = np.flatnonzero(ev.c_matched)
+    groups = [  # (item columns, item x, weights, which weights are split into halves)
+        (ev.c_worker[matched], ev.c_time[matched], [np.ones(len(matched)), ev.c_work[matched]], [True, True]),
+        (ev.d_worker[d], ev.d_time[d], [pp, pp & active, ~pp, ~pp & active], [False] * 4),
+        (ev.d_worker[d[arriving]], ev.d_created[d[arriving]], [ev.d_work[d[arriving]], np.ones(len(arriving))],
+         [True, True]),
         (ev.d_worker[d[plain]], np.where(prio[plain] > context.lowest, -np.inf, ev.d_created[d[plain]]),
-         [np.ones(len(plain)), active[plain]]),
+         [np.ones(len(plain)), active[plain]], [False, False]),
     ]
-    sizes = [len(g[1]) for g in groups]
-    weights = np.zeros((sum(len(g[2]) for g in groups), sum(sizes)))
-    row, at = 0, 0
-    for (_, _, ws), size in zip(groups, sizes):
-        weights[row : row + len(ws), at : at + size] = ws
-        row, at = row + len(ws), at + size
     start = context.start[k]
     # A request created after now has no window: its midpoint falls before its start.
-    middle = np.maximum(context.middle[k], start)
-    below = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, middle, np.full(len(k), np.inf)]),
-                        item_col=np.concatenate([g[0] for g in groups]), item_x=np.concatenate([g[1] for g in groups]),
-                        weights=weights)
-    context.by_time, context.arriving_pops = below[3:], d[arriving]
-    halves = (below[:, 1] - below[:, 0], below[:, 2] - below[:, 1])
-    context.incomplete[k] |= below[1, 2] - below[1, 0] > 0.5
-    for h, half in enumerate(halves):
-        count = np.rint(half[0]).astype(np.int64)
+    below = _by_time_sums(context.member_sets, rows, start, np.maximum(context.middle[k], start), groups)
+    pops = below[2:6]
+    context.by_time = np.concatenate([pops[0:1] + pops[2:3], pops, below[6:]])  # every pop first
+    context.arriving_pops = d[arriving]
+    unmatched = np.flatnonzero(~ev.c_matched)
+    if len(unmatched):
+        seen = binned_sums(sets=context.member_sets, query_row=rows, query_x=np.stack([start, np.full(len(k), np.inf)]),
+                           item_col=ev.c_worker[unmatched], item_x=ev.c_time[unmatched],
+                           weights=np.ones((1, len(unmatched))))[0]
+        context.incomplete[k] |= seen[1] - seen[0] > 0.5
+    for h in (0, 1):
+        count = np.rint(below[0, h + 1] - below[0, h]).astype(np.int64)
         context.counts[h][k] += count
         context.out["returned_capacity"][k] += count
         # Differences of sums: a half with no return has exactly no work.
-        context.halves[2 + h][k] += np.where(count > 0, half[2], 0.0)
+        context.halves[2 + h][k] += np.where(count > 0, below[1, h + 1] - below[1, h], 0.0)
+
+
+def _by_time_sums(sets: RowSets, rows: np.ndarray, start: np.ndarray, middle: np.ndarray, groups: list) -> np.ndarray:
+    """``out[m, t, q]``: the groups' weights ``m`` below start, midpoint and after (:func:`_recent_by_time`).
+
+    The midpoint reads only the weights split into halves, over the items that weigh in them.
+    """
+    sizes = [len(g[1]) for g in groups]
+    weights = np.zeros((sum(len(g[2]) for g in groups), sum(sizes)))
+    row, at = 0, 0
+    for (_, _, ws, _), size in zip(groups, sizes):
+        weights[row : row + len(ws), at : at + size] = ws
+        row, at = row + len(ws), at + size
+    item_col, item_x = np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups])
+    out = np.zeros((len(weights), 3, len(rows)))
+    out[:, ::2] = binned_sums(sets=sets, query_row=rows, query_x=np.stack([start, np.full(len(rows), np.inf)]),
+                              item_col=item_col, item_x=item_x, weights=weights)
+    split = np.flatnonzero(np.concatenate([g[3] for g in groups]))
+    items = np.flatnonzero(weights[split].any(axis=0))
+    out[split, 1] = binned_sums(sets=sets, query_row=rows, query_x=middle[None, :], item_col=item_col[items],
+                                item_x=item_x[items], weights=weights[split][:, items])[:, 0]
+    return out
 
 
 def _created_at(context: _Context, member: np.ndarray, k: np.ndarray, rows: np.ndarray, pops: np.ndarray) -> np.ndarray:

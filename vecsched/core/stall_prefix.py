@@ -91,3 +91,40 @@ def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
     for lo in range(0, len(member), chunk):
         out[lo : lo + chunk] = member[lo : lo + chunk].astype(np.float64) @ per_worker
     return out
+
+
+def takeable_rows(member_words: np.ndarray, worker_signatures: np.ndarray) -> np.ndarray:
+    """Per packed row of workers, the OR of those workers' takeable signatures (SPEC section 3, end), as words.
+
+    ``member_words`` are :func:`~vecsched.core.groups.pack_words` rows over the
+    gentype's usable workers; ``worker_signatures[w]`` the signatures worker
+    ``w``'s take class could take (``Takes.class_rows[Takes.worker_class]``).
+    The same rule as ``Takes.takeable`` (a row takes what the take classes of
+    its eligible workers could take), read from the rows' workers eight at a
+    time: per run of eight workers, the 256 ORs of their rows are tabulated
+    once and each row ORs in the one its byte of membership names. Cost:
+    workers / 8 x (256 + rows) rows of words.
+
+    Examples
+    --------
+    >>> from vecsched.core.groups import pack_words
+    >>> member = pack_words(np.array([[True, False, True], [False, True, False]]))
+    >>> takeable_rows(member, np.array([[1], [2], [4]], dtype=np.uint64)).ravel().tolist()
+    [5, 2]
+    """
+    n_workers, n_words = worker_signatures.shape
+    out = np.zeros((len(member_words), n_words), dtype=worker_signatures.dtype)
+    # Byte j of a packed row holds workers 8j .. 8j + 7, the first in the high bit (np.packbits).
+    as_bytes = np.ascontiguousarray(member_words).view(np.uint8)
+    n_runs = -(-n_workers // 8)
+    padded = np.zeros((n_runs * 8, n_words), dtype=worker_signatures.dtype)
+    padded[:n_workers] = worker_signatures
+    table = np.zeros((256, n_words), dtype=worker_signatures.dtype)
+    for run in range(n_runs):  # runs of eight workers, not workers: each step serves every row
+        eight = padded[run * 8 : run * 8 + 8]
+        for b in range(8):  # table[v] = OR of the rows whose bits v sets, built by doubling
+            table[1 << b : 2 << b] = table[: 1 << b] | eight[7 - b]
+        byte = as_bytes[:, run]
+        users = np.flatnonzero(byte)
+        out[users] |= table[byte[users]]
+    return out

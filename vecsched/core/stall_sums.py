@@ -34,6 +34,7 @@ COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: th
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
+DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def binned_sums(
         return out
     sets, query_row, item_col = _compact(row_sets(sets), query_row, item_col)
     order = np.argsort(item_x, kind="stable")
-    xs, col, w = item_x[order], item_col[order].astype(np.int64), weights[:, order].astype(np.float64)
+    xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
+    w = np.take(weights, order, axis=1).astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
     rows, row_at = np.unique(query_row, return_inverse=True)
     # A threshold above every item reads each row's totals.
@@ -116,7 +118,7 @@ def binned_sums(
     # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
     table = _table(sets.matrix.shape[1], col, w, n_bins, step, np.float32 if exact32 else np.float64)
-    totals = sets.matrix[rows].astype(table.dtype) @ table[-1] if everything.any() else None
+    totals = np.take(sets.matrix, rows, axis=0).astype(table.dtype) @ table[-1] if everything.any() else None
     if len(some):
         part = np.zeros((len(w), len(some), n))
         if product:
@@ -129,10 +131,21 @@ def binned_sums(
         full[t] = below[t]  # no pair left to add
     # The items between the boundary and each threshold, pair by pair.
     flat, item = expand_ranges(full.ravel() * step, below.ravel())
-    row = np.tile(query_row, n_t)[flat]
-    held = sets.matrix[row, col[item]]
-    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.ascontiguousarray(w.T)[item[held]])
+    row = np.take(np.tile(query_row, n_t), flat)
+    held = _held(sets.matrix, row, np.take(col, item))
+    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(np.ascontiguousarray(w.T), item[held], axis=0))
     return out
+
+
+def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """``matrix[row, col]``, by ``np.take`` on the flat matrix: two to three times faster than fancy indexing here.
+
+    Examples
+    --------
+    >>> _held(np.array([[True, False], [False, True]]), np.array([0, 1, 1]), np.array([0, 0, 1])).tolist()
+    [True, False, True]
+    """
+    return np.take(matrix.reshape(-1), row * matrix.shape[1] + col)
 
 
 def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
@@ -204,7 +217,7 @@ def _read_product(out: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np
     bounds = np.searchsorted(at[order], np.arange(0, len(rows) + chunk, chunk))
     for j, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         first = j * chunk
-        product = (sets[rows[first : first + chunk]].astype(table.dtype) @ table).reshape(-1, n_cells, n_w)
+        product = (np.take(sets, rows[first : first + chunk], axis=0).astype(table.dtype) @ table).reshape(-1, n_cells, n_w)
         q = order[lo:hi]
         flat[:, q] = product[at[q] - first, cell[q]].T
 
@@ -250,7 +263,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        _add_runs(flat, f[i], by_cell[cell[f[i]] * n_cols + sets.indices[j]])
+        _add_runs(flat, f[i], np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=0))
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
@@ -277,7 +290,7 @@ def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.
         block = table[first : first + per_read].transpose(1, 0, 2).reshape(n_cols, -1)
         for start in range(lo, hi, chunk):
             q = order[start : min(hi, start + chunk)]
-            sums = (sets[rows[q]].astype(table.dtype) @ block).reshape(len(q), -1, n_w)
+            sums = (np.take(sets, np.take(rows, q), axis=0).astype(table.dtype) @ block).reshape(len(q), -1, n_w)
             flat[:, q] = sums[np.arange(len(q)), cell[q] - first].T
 
 
@@ -351,14 +364,23 @@ def dominance_sums(
 
 
 def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights) -> None:
-    """Add the items of ``between`` whose level is above the query's, pair by pair, for the queries ``q``."""
+    """Add the items of ``between`` whose level is above the query's, for the queries ``q``.
+
+    A band's queries and its items between levels are few (a few hundred each): every
+    (query, item) cell is judged in dense blocks, the held cells below each threshold summed by
+    one product per threshold, rather than listed pair by pair (several times slower per pair).
+    """
     by_level = between[np.argsort(item_level[between], kind="stable")]
     first = np.searchsorted(item_level[by_level], query_level[q], "right")
-    i, j = expand_ranges(first, np.full(len(q), len(by_level)))
-    qq, item = q[i], by_level[j]
-    held = sets.matrix[query_row[qq], item_col[item]]
-    qq, item = qq[held], item[held]
-    by_item = np.ascontiguousarray(weights.T)
-    for t in range(query_x.shape[0]):
-        low = item_x[item] < query_x[t, qq]
-        _add_runs(out[:, t], qq[low], by_item[item[low]])
+    cols, xs = np.take(item_col, by_level), np.take(item_x, by_level)
+    by_item = np.ascontiguousarray(np.take(weights, by_level, axis=1).T)
+    # The block of the queries' rows, then of the items' columns: both bounded.
+    chunk = max(1, DENSE_PAIR_CELLS // max(len(by_level), sets.matrix.shape[1], 1))
+    for lo in range(0, len(q), chunk):
+        b = q[lo : lo + chunk]
+        # held[k, j]: query b[k]'s row holds item j's column and the item's level is above the query's.
+        held = np.take(np.take(sets.matrix, np.take(query_row, b), axis=0), cols, axis=1)
+        held &= np.arange(len(by_level))[None, :] >= first[lo : lo + chunk, None]
+        for t in range(query_x.shape[0]):
+            below = held & (xs[None, :] < query_x[t, b][:, None])
+            out[:, t, b] += (below.astype(np.float64) @ by_item).T
