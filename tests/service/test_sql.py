@@ -301,10 +301,11 @@ def test_fast_path_reads_separators_nulls_and_odd_links_itself(pg_url: str, monk
 
 
 def test_pipelined_reads_learn_nulls_and_keep_errors(pg_url: str, monkeypatch) -> None:
-    # Every table's first read is sent at once (libpq pipeline mode); a second
-    # read closes the pipeline, and the next load plans for the NULLs and odd
-    # texts found (a wider plan reads the same cells), so it stays open. A
-    # database error in a pipelined read is the error raised, not "aborted".
+    # Every table's first read is sent at once (libpq pipeline mode), a large
+    # table's in block ranges; a second read closes the pipeline, and the next
+    # load plans for the NULLs and odd texts found (a wider plan reads the same
+    # cells), so it stays open. A database error in a pipelined read is the
+    # error raised, not "aborted".
     import psycopg
 
     from vecsched.service.sql import packed, pg
@@ -317,7 +318,13 @@ def test_pipelined_reads_learn_nulls_and_keep_errors(pg_url: str, monkeypatch) -
         conn.execute(_sql.wp_models.insert(), [dict(wp_id=snap.requests.id[0], position=9, model=f"m{packed.SEP}")])
     generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
     _fast_only(monkeypatch)
+    monkeypatch.setattr(pg._PgFetch, "_learned", {})  # nothing learned from other tests' tables
+    monkeypatch.setattr(pg, "_PART_PAGES", 1)  # every table of two pages or more is read in block ranges
+    parts: list[int] = []
+    real_ranges = pg._block_ranges
+    monkeypatch.setattr(pg, "_block_ranges", lambda pages: parts.append(len(real_ranges(pages))) or real_ranges(pages))
     _same_snapshot(_sql.load_horde(engine, NOW.timestamp()), generic)
+    assert max(parts) > 1
     taken: list[bool] = []
     real_take = pg._Pipeline.take
 
@@ -331,8 +338,8 @@ def test_pipelined_reads_learn_nulls_and_keep_errors(pg_url: str, monkeypatch) -
     assert taken and all(taken)  # every read came from the pipeline
     real_sql = pg._PgFetch._plan_sql
     monkeypatch.setattr(pg._PgFetch, "_plan_sql",
-                        lambda self, q, oids, p: "SELECT 1/0" if q.key.startswith("main:processing_gens")
-                        else real_sql(self, q, oids, p))
+                        lambda self, q, oids, p, blocks=None: "SELECT 1/0" if q.key.startswith("main:processing_gens")
+                        else real_sql(self, q, oids, p, blocks))
     with pytest.raises(psycopg.errors.DivisionByZero):
         _sql.load_horde(engine, NOW.timestamp())
     monkeypatch.undo()

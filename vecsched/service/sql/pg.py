@@ -157,10 +157,29 @@ class _Query(NamedTuple):
     where: sa.ColumnElement[bool] | None
     params: dict[str, Any] | None
     accept: Callable[[list[int]], None]
+    table: str | None = None  # a whole table, read in block ranges when large (_block_ranges); None: never split
 
 
-_FirstRead = tuple[list[int], packed.Plan, tuple[Any, ...]]
-"""A read's column type oids, the optimistic plan (no NULL, no separator) and its result row."""
+_FirstRead = tuple[list[int], packed.Plan, Iterator[tuple[Any, ...]]]
+"""A read's column type oids, the optimistic plan (no NULL, no separator) and its result rows, one per block range."""
+
+_PART_PAGES = 300  # a table of more pages than twice this is read in block ranges of about this many
+_MAX_PARTS = 4
+
+
+def _block_ranges(pages: int) -> list[tuple[int, int | None] | None]:
+    """Block ranges (first, stop) covering a table of about ``pages`` pages; the last one open-ended.
+
+    Each part is one query over ``ctid`` in its range (a TID range scan): PostgreSQL
+    computes the next part's aggregates while this process parses the last one's.
+    In one snapshot every row has one ctid, so the parts hold each row once, whatever
+    ``pages`` was when measured. ``[None]``: one read of the whole table.
+    """
+    parts = min(_MAX_PARTS, pages // _PART_PAGES)
+    if parts < 2:
+        return [None]
+    cuts = [k * pages // parts for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1] if k + 1 < parts else None) for k in range(parts)]
 
 
 class _Pipeline:
@@ -180,18 +199,20 @@ class _Pipeline:
 
         self.fetch = fetch
         self.pgconn = fetch.raw.pgconn
+        pages = fetch._pages([q.table for q in queries if q.table])
         firsts = []
         for q in queries:
             oids, p = fetch._probe(q)
-            sql = fetch._plan_sql(q, oids, p)
+            whole = q.table is None or any(part.how == "array" for part in p.parts)  # arrays are not joined
+            sqls = [fetch._plan_sql(q, oids, p, blocks) for blocks in _block_ranges(0 if whole else pages[q.table])]
             if q.params:  # the values inlined as literals, as psycopg's client-side binding makes them
-                sql = ClientCursor(fetch.raw).mogrify(sql, q.params)
-            firsts.append((q.key, oids, p, sql))
-        self.pending = [(key, oids, p) for key, oids, p, _ in firsts]
+                sqls = [ClientCursor(fetch.raw).mogrify(sql, q.params) for sql in sqls]
+            firsts.append((q.key, oids, p, sqls))
+        self.pending = [(key, oids, p, len(sqls)) for key, oids, p, sqls in firsts]
         self.pgconn.enter_pipeline_mode()
         self.open = True
         try:
-            for *_, sql in firsts:
+            for sql in (sql for *_, sqls in firsts for sql in sqls):
                 self.pgconn.send_query_params(sql.encode(fetch.raw.info.encoding), None, result_format=1)
                 # the server sends each result whole once computed, not when its output buffer fills
                 self.pgconn.send_flush_request()
@@ -202,13 +223,19 @@ class _Pipeline:
             raise
 
     def take(self, key: str) -> _FirstRead | None:
-        """Read ``key``'s result, or None when it is not the next one sent (the pipeline is closed then)."""
+        """Read ``key``'s results, or None when it is not the next one sent (the pipeline is closed then).
+
+        The rows come lazily, each when its part arrives; take them all before the next read.
+        """
         if not (self.open and self.pending and self.pending[0][0] == key):
             self.close()
             return None
+        _, oids, p, parts = self.pending.pop(0)
+        return oids, p, (self._row(p) for _ in range(parts))
+
+    def _row(self, p: packed.Plan) -> tuple[Any, ...]:
         from psycopg.pq import ExecStatus
 
-        _, oids, p = self.pending.pop(0)
         result = self._next_result()
         self._next_result()  # the end of this query's results
         if result.status != ExecStatus.TUPLES_OK:
@@ -223,7 +250,7 @@ class _Pipeline:
             loads = Transformer(cur)
             loads.set_pgresult(result)
             row = loads.load_row(0, tuple) if result.ntuples else None
-        return oids, p, tuple(row) if row is not None else ()
+        return tuple(row) if row is not None else ()
 
     def close(self) -> None:
         """Take every result left, up to the sync, and leave pipeline mode: the connection is free again.
@@ -371,10 +398,10 @@ class _PgFetch(_GenericFetch):
         (:class:`_Pipeline`); a second one runs here.
         """
         first = self.ahead.take(q.key) if self.ahead is not None else None
-        oids, p, row = first if first is not None else self._first_read(q)
+        oids, p, rows = first if first is not None else self._first_read(q)
+        read = packed.joined([packed.parse(p, row, oids) for row in rows])  # each part parsed as it arrives
         labels = [f"c{k}" for k in range(len(q.text))]
         for attempt in range(2):
-            read = packed.parse(p, row, oids)
             if not (read.short_record or read.odd_texts):
                 return [self._cells(c, oid) for c, oid in zip(read.columns, oids)]
             if attempt:  # rows changed between the reads (READ COMMITTED): the generic read is one query
@@ -387,7 +414,7 @@ class _PgFetch(_GenericFetch):
             odd = odd | frozenset(read.odd_texts)
             self._learned[self._learned_key(q, oids)] = nullable, odd
             p = packed.plan(labels, oids, q.text, set(nullable), set(odd))
-            row = self._run_plan(q, oids, p)
+            read = packed.parse(p, self._run_plan(q, oids, p), oids)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # Per read and column types, the columns the last second read found NULLs or odd texts in:
@@ -399,12 +426,25 @@ class _PgFetch(_GenericFetch):
         return self.conn.dialect.driver, q.key, tuple(oids)
 
     @staticmethod
-    def _sub(q: _Query) -> Callable[[], Any]:
+    def _sub(q: _Query, blocks: tuple[int, int | None] | None = None) -> Callable[[], Any]:
+        """The subquery ``s`` of ``q``'s cells, of the rows in block range ``blocks`` when given."""
         def sub() -> Any:
             query = sa.select(*q.exprs())
-            return (query if q.where is None else query.where(q.where)).subquery("s")
+            where = [] if q.where is None else [q.where]
+            if blocks is not None:
+                first, stop = blocks
+                where += [sa.text(f"ctid >= '({first},0)'::tid")] if first else []
+                where += [sa.text(f"ctid < '({stop},0)'::tid")] if stop is not None else []
+            return query.where(*where).subquery("s")
 
         return sub
+
+    def _pages(self, tables: list[str]) -> dict[str, int]:
+        """The pages of each table now (0 when not found), in one query."""
+        row, _ = self._execute("SELECT array_agg(coalesce(pg_relation_size(to_regclass(t.name)), 0) "
+                               "/ current_setting('block_size')::int8 ORDER BY t.k) "
+                               "FROM unnest(%(t)s::text[]) WITH ORDINALITY AS t(name, k)", {"t": tables})
+        return dict(zip(tables, row[0] or []))
 
     def _first_read(self, q: _Query) -> _FirstRead:
         """Probe the column types, then read as if no cell were NULL and no text held the separator.
@@ -412,7 +452,7 @@ class _PgFetch(_GenericFetch):
         Except in the columns where the last second read of ``q`` found them (:attr:`_learned`).
         """
         oids, p = self._probe(q)
-        return oids, p, self._run_plan(q, oids, p)
+        return oids, p, iter([self._run_plan(q, oids, p)])
 
     def _probe(self, q: _Query) -> tuple[list[int], packed.Plan]:
         """The column types (``q.accept`` may refuse them) and the optimistic plan that follows from them."""
@@ -422,9 +462,10 @@ class _PgFetch(_GenericFetch):
         nullable, odd = self._learned.get(self._learned_key(q, oids), (frozenset(), frozenset()))
         return oids, packed.plan([f"c{k}" for k in range(len(q.text))], oids, q.text, set(nullable), set(odd))
 
-    def _plan_sql(self, q: _Query, oids: list[int], p: packed.Plan) -> str:
-        sub = self._sub(q)
-        return self._sql((q.key, tuple(oids), p.sql),
+    def _plan_sql(self, q: _Query, oids: list[int], p: packed.Plan,
+                  blocks: tuple[int, int | None] | None = None) -> str:
+        sub = self._sub(q, blocks)
+        return self._sql((q.key, tuple(oids), p.sql, blocks),
                          lambda: sa.select(*map(sa.literal_column, p.sql)).select_from(sub()))
 
     def _run_plan(self, q: _Query, oids: list[int], p: packed.Plan) -> tuple[Any, ...]:
@@ -476,7 +517,8 @@ class _PgFetch(_GenericFetch):
                     raise _Fallback(f"{col.name} is not a timestamp")
 
         return _Query(f"main:{table.name}:{','.join(c.name for c in spec)}", exprs,
-                      [col.kind in ("str", "enum") for col in spec], where, params, accept)
+                      [col.kind in ("str", "enum") for col in spec], where, params, accept,
+                      table.name if where is None else None)
 
     @staticmethod
     def _raw(col: Column, value: Any) -> _Raw:
@@ -522,7 +564,8 @@ class _PgFetch(_GenericFetch):
             if oids[2] not in _INTEGERS:
                 raise _Fallback(f"{table.name}.position is not an integer")
 
-        return _Query(f"link:{table.name}:{key}:{value}", exprs, [True, True, False], where, params, accept)
+        return _Query(f"link:{table.name}:{key}:{value}", exprs, [True, True, False], where, params, accept,
+                      table.name if where is None else None)
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
         worker, request = self._columns(self._pairs_query())
