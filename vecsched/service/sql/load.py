@@ -3,7 +3,9 @@
 The loader runs one query per table and turns the result straight into column
 arrays; no ORM object is made per row. On PostgreSQL (psycopg 3) each table is
 read as one row of binary arrays that NumPy parses, a few times faster than
-rows of Python objects; SQLite reads rows. Both paths share the judging of
+rows of Python objects, every table's query sent at once (libpq pipeline mode,
+a large table in block ranges) so PostgreSQL aggregates one while NumPy parses
+another; SQLite reads rows. Both paths share the judging of
 values, so they load the same snapshot. It loads values as they are and lets
 :meth:`Snapshot.from_columns` judge them, so a bad row (negative threads, an
 unknown gentype string, a NULL in a required column) becomes a
@@ -40,7 +42,7 @@ def _fast_path(conn: Connection) -> bool:
 def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> Snapshot:
     """Read the horde from SQL into a :class:`Snapshot` taken at ``now``.
 
-    One query per table. Bad rows are left out and described in
+    One query per table (a large table's in parts on PostgreSQL). Bad rows are left out and described in
     :attr:`Snapshot.rejected`. On PostgreSQL through psycopg each table comes
     back as one row of binary arrays that NumPy parses without a Python object
     per value; elsewhere (SQLite) rows are read and turned into column arrays.
