@@ -300,6 +300,52 @@ def test_fast_path_reads_separators_nulls_and_odd_links_itself(pg_url: str, monk
     assert f"w{sep}" in fast.excluded_pairs.worker_id.tolist()
 
 
+def test_pipelined_reads_learn_nulls_and_keep_errors(pg_url: str, monkeypatch) -> None:
+    # Every table's first read is sent at once (libpq pipeline mode), a large
+    # table's in block ranges; a second read closes the pipeline, and the next
+    # load plans for the NULLs and odd texts found (a wider plan reads the same
+    # cells), so it stays open. A database error in a pipelined read is the
+    # error raised, not "aborted".
+    import psycopg
+
+    from vecsched.service.sql import packed, pg
+
+    snap = horde(workers=30, requests=200, seed=7)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, snap, shift_to=NOW.timestamp())
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE workers SET speed = NULL WHERE id LIKE '%1'"))
+        conn.execute(_sql.wp_models.insert(), [dict(wp_id=snap.requests.id[0], position=9, model=f"m{packed.SEP}")])
+    generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
+    _fast_only(monkeypatch)
+    monkeypatch.setattr(pg._PgFetch, "_learned", {})  # nothing learned from other tests' tables
+    monkeypatch.setattr(pg, "_PART_PAGES", 1)  # every table of two pages or more is read in block ranges
+    parts: list[int] = []
+    real_ranges = pg._block_ranges
+    monkeypatch.setattr(pg, "_block_ranges", lambda pages: parts.append(len(real_ranges(pages))) or real_ranges(pages))
+    _same_snapshot(_sql.load_horde(engine, NOW.timestamp()), generic)
+    assert max(parts) > 1
+    taken: list[bool] = []
+    real_take = pg._Pipeline.take
+
+    def take(self: pg._Pipeline, key: str) -> object:
+        got = real_take(self, key)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(pg._Pipeline, "take", take)
+    _same_snapshot(_sql.load_horde(engine, NOW.timestamp()), generic)
+    assert taken and all(taken)  # every read came from the pipeline
+    real_sql = pg._PgFetch._plan_sql
+    monkeypatch.setattr(pg._PgFetch, "_plan_sql",
+                        lambda self, q, oids, p, blocks=None: "SELECT 1/0" if q.key.startswith("main:processing_gens")
+                        else real_sql(self, q, oids, p, blocks))
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        _sql.load_horde(engine, NOW.timestamp())
+    monkeypatch.undo()
+    _same_snapshot(_sql.load_horde(engine, NOW.timestamp()), generic)  # the connection is usable again
+
+
 def test_fast_path_falls_back_when_rows_change_between_its_reads(pg_url: str, monkeypatch) -> None:
     # A second read that still does not line up (rows changed in between, in
     # a caller's READ COMMITTED transaction) goes to the generic path.

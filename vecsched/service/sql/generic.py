@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from itertools import repeat
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -93,6 +93,10 @@ class _GenericFetch:
 
     def __init__(self, conn: Connection):
         self.conn = conn
+
+    def read_all(self, reads: Iterable[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> Iterator[Any]:
+        """The result of each read ``(method, args, kwargs)`` (``main``, ``link``, ``pairs``), in order, when asked."""
+        return (getattr(self, name)(*args, **kwargs) for name, args, kwargs in reads)
 
     def main(
         self,

@@ -3,7 +3,9 @@
 The loader runs one query per table and turns the result straight into column
 arrays; no ORM object is made per row. On PostgreSQL (psycopg 3) each table is
 read as one row of binary arrays that NumPy parses, a few times faster than
-rows of Python objects; SQLite reads rows. Both paths share the judging of
+rows of Python objects, every table's query sent at once (libpq pipeline mode,
+a large table in block ranges) so PostgreSQL aggregates one while NumPy parses
+another; SQLite reads rows. Both paths share the judging of
 values, so they load the same snapshot. It loads values as they are and lets
 :meth:`Snapshot.from_columns` judge them, so a bad row (negative threads, an
 unknown gentype string, a NULL in a required column) becomes a
@@ -12,7 +14,7 @@ unknown gentype string, a NULL in a required column) becomes a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from sqlalchemy.engine import Connection, Engine
@@ -40,7 +42,7 @@ def _fast_path(conn: Connection) -> bool:
 def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> Snapshot:
     """Read the horde from SQL into a :class:`Snapshot` taken at ``now``.
 
-    One query per table. Bad rows are left out and described in
+    One query per table (a large table's in parts on PostgreSQL). Bad rows are left out and described in
     :attr:`Snapshot.rejected`. On PostgreSQL through psycopg each table comes
     back as one row of binary arrays that NumPy parses without a Python object
     per value; elsewhere (SQLite) rows are read and turned into column arrays.
@@ -86,19 +88,44 @@ def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> S
     return _load(conn, now, _GenericFetch(conn))
 
 
+def _spec(name: str) -> list[Column]:
+    """The columns of table ``name`` read from its own table (list columns come from link tables)."""
+    return [c for c in TABLES[name] if c.kind != "str_list"]
+
+
+_LINKS = (("workers", "models", worker_models, "worker_id", "model"),
+          ("requests", "models", wp_models, "wp_id", "model"),
+          ("requests", "worker_ids", wp_allowed_workers, "wp_id", "worker_id"))
+"""The list columns read from link tables: (table, column, link table, key column, value column)."""
+
+_EVENTS = (("dispatches", dispatches), ("capacity_returns", capacity_returns))
+
+
+def _reads(now: float) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Every read of one load, in the order :func:`_load` takes the results (``_GenericFetch.read_all``)."""
+    params = cut_params(now)
+    return [
+        *(("main", (table, renames, _spec(name)), {}) for name, (table, renames) in _MAIN.items()),
+        *(("link", (link, key, value), {}) for _, _, link, key, value in _LINKS),
+        ("pairs", (), {}),
+        *(("main", (table, {}, _spec(name)), {"where": EVENT_FILTERS[name], "params": params})
+          for name, table in _EVENTS),
+        ("link", (dispatch_priority_users, "dispatch_id", "user_id"),
+         {"where": EVENT_FILTERS["dispatch_priority_users"], "params": params}),
+    ]
+
+
 def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
     errors: list[RowError] = []
     tables: dict[str, dict[str, Any]] = {}
-    for name, (table, renames) in _MAIN.items():
-        spec = [c for c in TABLES[name] if c.kind != "str_list"]
-        tables[name] = _judge(name, spec, fetch.main(table, renames, spec), errors)
-    w_rows = RowNumbers(tables["workers"]["id"])
-    r_rows = RowNumbers(tables["requests"]["id"])
-    tables["workers"]["models"] = _list_column(*fetch.link(worker_models, "worker_id", "model"), w_rows)
-    tables["requests"]["models"] = _list_column(*fetch.link(wp_models, "wp_id", "model"), r_rows)
-    tables["requests"]["worker_ids"] = _list_column(*fetch.link(wp_allowed_workers, "wp_id", "worker_id"), r_rows)
-    pair_w, pair_r = fetch.pairs()
-    _load_events(fetch, now, tables, errors)
+    got = fetch.read_all(_reads(now))
+    for name in _MAIN:
+        tables[name] = _judge(name, _spec(name), next(got), errors)
+    rows = {name: RowNumbers(tables[name]["id"]) for name in ("workers", "requests")}
+    for name, column, *_ in _LINKS:
+        tables[name][column] = _list_column(*next(got), rows[name])
+    pair_w, pair_r = next(got)
+    _load_events(got, tables, errors)
     return Snapshot.from_columns(
         now,
         tables["workers"],
@@ -111,16 +138,11 @@ def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
     )
 
 
-def _load_events(fetch: "_GenericFetch", now: float, tables: dict[str, Any], errors: list[RowError]) -> None:
+def _load_events(got: Iterator[Any], tables: dict[str, Any], errors: list[RowError]) -> None:
     """The dispatches and returns section 7 needs (see :mod:`vecsched.service.sql.events`)."""
-    params = cut_params(now)
-    for name, table in (("dispatches", dispatches), ("capacity_returns", capacity_returns)):
-        spec = [c for c in TABLES[name] if c.kind != "str_list"]
-        raw = fetch.main(table, {}, spec, where=EVENT_FILTERS[name], params=params)
-        tables[name] = _judge(name, spec, raw, errors)
-    users = fetch.link(
-        dispatch_priority_users, "dispatch_id", "user_id", where=EVENT_FILTERS["dispatch_priority_users"], params=params
-    )
+    for name, _ in _EVENTS:
+        tables[name] = _judge(name, _spec(name), next(got), errors)
+    users = next(got)
     tables["dispatches"]["priority_user_ids"] = _list_column(*users, RowNumbers(tables["dispatches"]["dispatch_id"]))
 
 

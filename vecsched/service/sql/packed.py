@@ -179,6 +179,27 @@ def parse(p: Plan, row: tuple[Any, ...], oids: list[int]) -> Read:
     return Read(columns, False, [])
 
 
+def joined(reads: list[Read]) -> Read:
+    """One read from reads of parts of a table (block ranges), rows in part order.
+
+    Short or odd when any part is; parts hold no array columns (psycopg's lists
+    and NumPy's arrays of those are not joined here).
+    """
+    if len(reads) == 1:
+        return reads[0]
+    short = any(r.short_record for r in reads)
+    odd = sorted({k for r in reads for k in r.odd_texts})
+    if short or odd:
+        return Read([], short, odd)
+    columns: list[Any] = []
+    for parts in zip(*(r.columns for r in reads)):
+        if isinstance(parts[0], tuple):  # fixed-width values and their NULL masks
+            columns.append((np.concatenate([v for v, _ in parts]), np.concatenate([z for _, z in parts])))
+        else:
+            columns.append([cell for part in parts for cell in part])
+    return Read(columns, False, [])
+
+
 def _bit(record: np.ndarray | None, where: tuple[int, int], n: int) -> np.ndarray:
     if record is None:
         return np.zeros(n, dtype=bool)

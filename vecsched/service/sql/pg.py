@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -148,6 +148,158 @@ def _judge_array(col: Column, value: _PgArray) -> _Raw:
     return _Raw(arr, value.null, [(bad, NOT_FINITE)] if bad.any() else [])
 
 
+class _Query(NamedTuple):
+    """One table read of the fast path: the arguments of :meth:`_PgFetch._columns`."""
+
+    key: str
+    exprs: Callable[[], list[sa.ColumnElement[Any]]]
+    text: list[bool]
+    where: sa.ColumnElement[bool] | None
+    params: dict[str, Any] | None
+    accept: Callable[[list[int]], None]
+    table: str | None = None  # a whole table, read in block ranges when large (_block_ranges); None: never split
+
+
+_FirstRead = tuple[list[int], packed.Plan, Iterator[tuple[Any, ...]]]
+"""A read's column type oids, the optimistic plan (no NULL, no separator) and its result rows, one per block range."""
+
+_PART_PAGES = 300  # a table of more pages than twice this is read in block ranges of about this many
+_MAX_PARTS = 4
+
+
+def _block_ranges(pages: int) -> list[tuple[int, int | None] | None]:
+    """Block ranges (first, stop) covering a table of about ``pages`` pages; the last one open-ended.
+
+    Each part is one query over ``ctid`` in its range (a TID range scan): PostgreSQL
+    computes the next part's aggregates while this process parses the last one's.
+    In one snapshot every row has one ctid, so the parts hold each row once, whatever
+    ``pages`` was when measured. ``[None]``: one read of the whole table.
+    """
+    parts = min(_MAX_PARTS, pages // _PART_PAGES)
+    if parts < 2:
+        return [None]
+    cuts = [k * pages // parts for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1] if k + 1 < parts else None) for k in range(parts)]
+
+
+class _Pipeline:
+    """The tables' first reads sent at once (libpq pipeline mode), their results taken in order.
+
+    PostgreSQL computes a table's aggregates while this process judges the
+    previous table's cells, instead of each waiting on the other (the result
+    of an aggregate is one row, sent when it is complete). Each read's column
+    types are probed first, as the plan follows them. While the pipeline is
+    open nothing else may use the connection: :meth:`close` takes what is left
+    and leaves pipeline mode before any other query (a second read, a
+    fallback). The first database error is raised where its read is taken.
+    """
+
+    def __init__(self, fetch: "_PgFetch", queries: list[_Query]):
+        from psycopg import ClientCursor
+
+        self.fetch = fetch
+        self.pgconn = fetch.raw.pgconn
+        pages = fetch._pages([q.table for q in queries if q.table])
+        firsts = []
+        for q in queries:
+            oids, p = fetch._probe(q)
+            whole = q.table is None or any(part.how == "array" for part in p.parts)  # arrays are not joined
+            sqls = [fetch._plan_sql(q, oids, p, blocks) for blocks in _block_ranges(0 if whole else pages[q.table])]
+            if q.params:  # the values inlined as literals, as psycopg's client-side binding makes them
+                sqls = [ClientCursor(fetch.raw).mogrify(sql, q.params) for sql in sqls]
+            firsts.append((q.key, oids, p, sqls))
+        self.pending = [(key, oids, p, len(sqls)) for key, oids, p, sqls in firsts]
+        self.pgconn.enter_pipeline_mode()
+        self.open = True
+        try:
+            for sql in (sql for *_, sqls in firsts for sql in sqls):
+                self.pgconn.send_query_params(sql.encode(fetch.raw.info.encoding), None, result_format=1)
+                # the server sends each result whole once computed, not when its output buffer fills
+                self.pgconn.send_flush_request()
+            self.pgconn.pipeline_sync()
+            self._flush()
+        except BaseException:
+            self.close()
+            raise
+
+    def take(self, key: str) -> _FirstRead | None:
+        """Read ``key``'s results, or None when it is not the next one sent (the pipeline is closed then).
+
+        The rows come lazily, each when its part arrives; take them all before the next read.
+        """
+        if not (self.open and self.pending and self.pending[0][0] == key):
+            self.close()
+            return None
+        _, oids, p, parts = self.pending.pop(0)
+        return oids, p, (self._row(p) for _ in range(parts))
+
+    def _row(self, p: packed.Plan) -> tuple[Any, ...]:
+        from psycopg.pq import ExecStatus
+
+        result = self._next_result()
+        self._next_result()  # the end of this query's results
+        if result.status != ExecStatus.TUPLES_OK:
+            self.close()  # the results after an error only say the pipeline was aborted
+            raise self._error(result)
+        with self.fetch.raw.cursor(binary=True) as cur:
+            if any(part.how == "array" for part in p.parts):
+                for oid in _PG_ARRAYS:
+                    cur.adapters.register_loader(oid, self.fetch.loader)
+            from psycopg.adapt import Transformer
+
+            loads = Transformer(cur)
+            loads.set_pgresult(result)
+            row = loads.load_row(0, tuple) if result.ntuples else None
+        return tuple(row) if row is not None else ()
+
+    def close(self) -> None:
+        """Take every result left, up to the sync, and leave pipeline mode: the connection is free again.
+
+        Raises the first database error among them: the transaction is lost,
+        and that error says why (not the next statement's "transaction aborted").
+        """
+        from psycopg.pq import ExecStatus
+
+        if not self.open:
+            return
+        self.open = False
+        self.pending = []
+        failed = None
+        while True:
+            result = self._next_result()
+            if result is None:
+                continue
+            if result.status == ExecStatus.PIPELINE_SYNC:
+                break
+            if result.status == ExecStatus.FATAL_ERROR and failed is None:
+                failed = result
+        self.pgconn.exit_pipeline_mode()
+        if failed is not None:
+            raise self._error(failed)
+
+    def _error(self, result: Any) -> Exception:
+        from psycopg import errors
+
+        return errors.error_from_result(result, encoding=self.fetch.raw.info.encoding)
+
+    def _next_result(self) -> Any:
+        import select
+
+        while True:
+            self.pgconn.consume_input()
+            if not self.pgconn.is_busy():
+                return self.pgconn.get_result()
+            select.select([self.pgconn.socket], [], [])
+
+    def _flush(self) -> None:
+        import select
+
+        while self.pgconn.flush():  # 1: more to send; take results meanwhile, so neither side waits on the other
+            readable, _, _ = select.select([self.pgconn.socket], [self.pgconn.socket], [])
+            if readable:
+                self.pgconn.consume_input()
+
+
 class _PgFetch(_GenericFetch):
     """One row of binary arrays per table over psycopg 3, parsed by NumPy."""
 
@@ -164,6 +316,20 @@ class _PgFetch(_GenericFetch):
 
         self.raw = conn.connection.driver_connection
         self.loader = ArrayLoader
+        self.ahead: _Pipeline | None = None
+
+    def read_all(self, reads: Iterable[tuple[str, tuple[Any, ...], dict[str, Any]]]) -> Iterator[Any]:
+        """As :meth:`_GenericFetch.read_all`; every first read is sent at once (:class:`_Pipeline`)."""
+        reads = list(reads)
+        self.end_read_ahead()
+        self.ahead = _Pipeline(self, [getattr(self, f"_{name}_query")(*args, **kwargs) for name, args, kwargs in reads])
+        return super().read_all(reads)
+
+    def end_read_ahead(self) -> None:
+        """Close the pipeline of first reads, if open: the connection is free for other queries."""
+        if self.ahead is not None:
+            self.ahead.close()
+            self.ahead = None
 
     @contextmanager
     def serial_plans(self) -> Iterator[None]:
@@ -189,8 +355,11 @@ class _PgFetch(_GenericFetch):
         try:
             yield
         except _Fallback:
+            self.end_read_ahead()
             restore()  # the generic read follows in this transaction
             raise
+        finally:
+            self.end_read_ahead()
         # Not restored after a database error: that transaction is lost anyway.
         restore()
 
@@ -216,48 +385,92 @@ class _PgFetch(_GenericFetch):
             row = cur.fetchone()
         return (tuple(row) if row is not None else ()), oids
 
-    def _columns(
-        self,
-        key: str,
-        exprs: Callable[[], list[sa.ColumnElement[Any]]],
-        text: list[bool],
-        where: sa.ColumnElement[bool] | None,
-        params: dict[str, Any] | None,
-        accept: Callable[[list[int]], None] = lambda oids: None,
-    ) -> list[Any]:
-        """The cells of ``exprs()`` (labelled ``c0``, ``c1``...), one entry per column, rows in scan order.
+    def _columns(self, q: _Query) -> list[Any]:
+        """The cells of ``q.exprs()`` (labelled ``c0``, ``c1``...), one entry per column, rows in scan order.
 
         ``exprs`` is called only to compile a statement not seen before.
 
         Each entry is what :meth:`_raw` takes: a :class:`_PgArray` (fixed-width
         types), a list of cells (text, and types psycopg loads) or None (no
-        rows, read as an array). ``accept(oids)`` may refuse the column types
+        rows, read as an array). ``q.accept(oids)`` may refuse the column types
         (raise :class:`_Fallback`) before anything is read. See
-        :mod:`vecsched.service.sql.packed`.
+        :mod:`vecsched.service.sql.packed`. The first read may have run ahead
+        (:class:`_Pipeline`); a second one runs here.
         """
-
-        def sub() -> Any:
-            query = sa.select(*exprs())
-            return (query if where is None else query.where(where)).subquery("s")
-
-        _, oids = self._execute(self._sql(("probe", key), lambda: sa.select(*sub().c).where(sa.false())), params)
-        accept(oids)
-        labels = [f"c{k}" for k in range(len(text))]
-        nullable: set[int] = set()
-        odd: set[int] = set()
+        first = self.ahead.take(q.key) if self.ahead is not None else None
+        oids, p, rows = first if first is not None else self._first_read(q)
+        read = packed.joined([packed.parse(p, row, oids) for row in rows])  # each part parsed as it arrives
+        labels = [f"c{k}" for k in range(len(q.text))]
         for attempt in range(2):
-            p = packed.plan(labels, oids, text, nullable, odd)
-            sql = self._sql((key, tuple(oids), p.sql), lambda: sa.select(*map(sa.literal_column, p.sql)).select_from(sub()))
-            row, _ = self._execute(sql, params, arrays=any(part.how == "array" for part in p.parts))
-            read = packed.parse(p, row, oids)
             if not (read.short_record or read.odd_texts):
                 return [self._cells(c, oid) for c, oid in zip(read.columns, oids)]
             if attempt:  # rows changed between the reads (READ COMMITTED): the generic read is one query
-                raise _Fallback(f"{key}: rows changed while read")
-            odd = set(read.odd_texts)
+                raise _Fallback(f"{q.key}: rows changed while read")
+            self.end_read_ahead()  # the connection is needed here
+            nullable, odd = self._learned.get(self._learned_key(q, oids), (frozenset(), frozenset()))
             if read.short_record:
-                nullable = self._null_columns(key, sub, labels, [part.how in ("field", "bit") for part in p.parts], params)
+                nullable = frozenset(self._null_columns(q.key, self._sub(q), labels,
+                                                        [part.how in ("field", "bit") for part in p.parts], q.params))
+            odd = odd | frozenset(read.odd_texts)
+            self._learned[self._learned_key(q, oids)] = nullable, odd
+            p = packed.plan(labels, oids, q.text, set(nullable), set(odd))
+            read = packed.parse(p, self._run_plan(q, oids, p), oids)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    # Per read and column types, the columns the last second read found NULLs or odd texts in:
+    # the next load plans for them at once (a plan with more of them reads the same cells), so a
+    # table that always holds a NULL costs one read, not three, and the pipeline stays open.
+    _learned: dict[tuple[Any, ...], tuple[frozenset[int], frozenset[int]]] = {}
+
+    def _learned_key(self, q: _Query, oids: list[int]) -> tuple[Any, ...]:
+        return self.conn.dialect.driver, q.key, tuple(oids)
+
+    @staticmethod
+    def _sub(q: _Query, blocks: tuple[int, int | None] | None = None) -> Callable[[], Any]:
+        """The subquery ``s`` of ``q``'s cells, of the rows in block range ``blocks`` when given."""
+        def sub() -> Any:
+            query = sa.select(*q.exprs())
+            where = [] if q.where is None else [q.where]
+            if blocks is not None:
+                first, stop = blocks
+                where += [sa.text(f"ctid >= '({first},0)'::tid")] if first else []
+                where += [sa.text(f"ctid < '({stop},0)'::tid")] if stop is not None else []
+            return query.where(*where).subquery("s")
+
+        return sub
+
+    def _pages(self, tables: list[str]) -> dict[str, int]:
+        """The pages of each table now (0 when not found), in one query."""
+        row, _ = self._execute("SELECT array_agg(coalesce(pg_relation_size(to_regclass(t.name)), 0) "
+                               "/ current_setting('block_size')::int8 ORDER BY t.k) "
+                               "FROM unnest(%(t)s::text[]) WITH ORDINALITY AS t(name, k)", {"t": tables})
+        return dict(zip(tables, row[0] or []))
+
+    def _first_read(self, q: _Query) -> _FirstRead:
+        """Probe the column types, then read as if no cell were NULL and no text held the separator.
+
+        Except in the columns where the last second read of ``q`` found them (:attr:`_learned`).
+        """
+        oids, p = self._probe(q)
+        return oids, p, iter([self._run_plan(q, oids, p)])
+
+    def _probe(self, q: _Query) -> tuple[list[int], packed.Plan]:
+        """The column types (``q.accept`` may refuse them) and the optimistic plan that follows from them."""
+        sub = self._sub(q)
+        _, oids = self._execute(self._sql(("probe", q.key), lambda: sa.select(*sub().c).where(sa.false())), q.params)
+        q.accept(oids)
+        nullable, odd = self._learned.get(self._learned_key(q, oids), (frozenset(), frozenset()))
+        return oids, packed.plan([f"c{k}" for k in range(len(q.text))], oids, q.text, set(nullable), set(odd))
+
+    def _plan_sql(self, q: _Query, oids: list[int], p: packed.Plan,
+                  blocks: tuple[int, int | None] | None = None) -> str:
+        sub = self._sub(q, blocks)
+        return self._sql((q.key, tuple(oids), p.sql, blocks),
+                         lambda: sa.select(*map(sa.literal_column, p.sql)).select_from(sub()))
+
+    def _run_plan(self, q: _Query, oids: list[int], p: packed.Plan) -> tuple[Any, ...]:
+        arrays = any(part.how == "array" for part in p.parts)
+        return self._execute(self._plan_sql(q, oids, p), q.params, arrays=arrays)[0]
 
     def _null_columns(self, key: str, sub: Callable[[], Any], labels: list[str], fixed: list[bool],
                       params: dict[str, Any] | None) -> set[int]:
@@ -283,6 +496,15 @@ class _PgFetch(_GenericFetch):
         where: sa.ColumnElement[bool] | None = None,
         params: dict[str, Any] | None = None,
     ) -> list[_Raw]:
+        # No ORDER BY: the server sorting wide rows by text keys cost more than the whole
+        # read; the rows are put in key order here (_in_key_order).
+        cells = self._columns(self._main_query(table, renames, spec, where, params))
+        raws = [self._raw(col, value) for col, value in zip(spec, cells)]
+        names = [renames.get(col.name, col.name) for col in spec]
+        return _in_key_order(raws, [names.index(c.name) for c in table.primary_key.columns])
+
+    def _main_query(self, table: sa.Table, renames: dict[str, str], spec: list[Column],
+                    where: sa.ColumnElement[bool] | None = None, params: dict[str, Any] | None = None) -> _Query:
         def exprs() -> list[sa.ColumnElement[Any]]:
             return [
                 (_bounded(self.conn, c) if col.kind in ("str", "enum") else c).label(f"c{k}")
@@ -294,13 +516,9 @@ class _PgFetch(_GenericFetch):
                 if col.kind == "time" and oid not in packed.TIMES:
                     raise _Fallback(f"{col.name} is not a timestamp")
 
-        # No ORDER BY: the server sorting wide rows by text keys cost more than the whole
-        # read; the rows are put in key order here (_in_key_order).
-        cells = self._columns(f"main:{table.name}:{','.join(c.name for c in spec)}", exprs,
-                              [col.kind in ("str", "enum") for col in spec], where, params, accept)
-        raws = [self._raw(col, value) for col, value in zip(spec, cells)]
-        names = [renames.get(col.name, col.name) for col in spec]
-        return _in_key_order(raws, [names.index(c.name) for c in table.primary_key.columns])
+        return _Query(f"main:{table.name}:{','.join(c.name for c in spec)}", exprs,
+                      [col.kind in ("str", "enum") for col in spec], where, params, accept,
+                      table.name if where is None else None)
 
     @staticmethod
     def _raw(col: Column, value: Any) -> _Raw:
@@ -329,6 +547,15 @@ class _PgFetch(_GenericFetch):
         params: dict[str, Any] | None = None,
     ) -> tuple[list[Any], list[Any], np.ndarray | None]:
         """Keys, values and positions in scan order (the client orders them: cheaper than a server sort)."""
+        keys, vals, position = self._columns(self._link_query(table, key, value, where, params))
+        if position is None:  # read as an array: no rows
+            return [], [], None
+        # A NULL position sorts last, as ORDER BY position puts it.
+        order = np.where(position.null, _INT64.max, position.values.astype(np.int64))
+        return _texts(keys), _texts(vals), order
+
+    def _link_query(self, table: sa.Table, key: str, value: str, where: sa.ColumnElement[bool] | None = None,
+                    params: dict[str, Any] | None = None) -> _Query:
         def exprs() -> list[sa.ColumnElement[Any]]:
             return [_bounded(self.conn, table.c[key]).label("c0"), _bounded(self.conn, table.c[value]).label("c1"),
                     table.c.position.label("c2")]
@@ -337,21 +564,19 @@ class _PgFetch(_GenericFetch):
             if oids[2] not in _INTEGERS:
                 raise _Fallback(f"{table.name}.position is not an integer")
 
-        keys, vals, position = self._columns(f"link:{table.name}:{key}:{value}", exprs, [True, True, False], where,
-                                             params, accept)
-        if position is None:  # read as an array: no rows
-            return [], [], None
-        # A NULL position sorts last, as ORDER BY position puts it.
-        order = np.where(position.null, _INT64.max, position.values.astype(np.int64))
-        return _texts(keys), _texts(vals), order
+        return _Query(f"link:{table.name}:{key}:{value}", exprs, [True, True, False], where, params, accept,
+                      table.name if where is None else None)
 
     def pairs(self) -> tuple[list[Any], list[Any]]:
+        worker, request = self._columns(self._pairs_query())
+        return _texts(worker), _texts(request)
+
+    def _pairs_query(self) -> _Query:
         def exprs() -> list[sa.ColumnElement[Any]]:
             return [_bounded(self.conn, excluded_pairs.c.worker_id).label("c0"),
                     _bounded(self.conn, excluded_pairs.c.wp_id).label("c1")]
 
-        worker, request = self._columns("pairs", exprs, [True, True], None, None)
-        return _texts(worker), _texts(request)
+        return _Query("pairs", exprs, [True, True], None, None, lambda oids: None)
 
 
 _INTEGERS = frozenset({21, 23, 20})
