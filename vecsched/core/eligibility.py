@@ -45,9 +45,12 @@ from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
     or_rows_by_pairs,
+    bit_sums,
+    holders,
+    or_by_lists,
     or_rows_dense,
-    overlap_matrix,
     pack_words,
+    row_codes,
     set_codes,
     unique_rows,
     unpack_words,
@@ -290,15 +293,22 @@ class ModelSets:
     w_set_first: np.ndarray
     overlap: np.ndarray  # [request set, worker set]
     set_models: ListColumn  # distinct models of each request set
+    worker_words: np.ndarray  # [request set]: the usable workers of overlapping sets, packed
 
 
 def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vocabulary_size: int) -> ModelSets:
     r_codes, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
     _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
-    overlap = overlap_matrix(rq.models.take(r_first), wk.models.take(worker_rows[w_first]), vocabulary_size)
-    overlap[r_codes == 0, :] = True  # a request naming no model takes any
+    r_lists, w_lists = rq.models.take(r_first), wk.models.take(worker_rows)
+    # A request set overlaps what holds one of its models: an OR of one packed row per model.
+    n_values = max([vocabulary_size, 1] + [int(v.max()) + 1 for v in (r_lists.values, w_lists.values) if len(v)])
+    overlap = unpack_words(or_by_lists(r_lists, holders(w_lists.take(w_first), n_values)), len(w_first))
+    everything = r_codes == 0  # a request naming no model takes any
+    overlap[everything, :] = True
+    worker_words = or_by_lists(r_lists, holders(w_lists, n_values))
+    worker_words[everything] = pack_words(np.ones((1, len(worker_rows)), dtype=bool))
     # Repeats inside a request's list removed.
-    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, _distinct_models(rq.models.take(r_first)))
+    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, _distinct_models(r_lists), worker_words)
 
 
 # -- step 3: flag combinations and the flag gates -----------------------------------------
@@ -343,10 +353,24 @@ class SharedGroups:
     g_fast: np.ndarray  # the group keeps to workers passing the speed gate
     sums: np.ndarray  # (groups, 3): workers, threads, speed * threads
     w_values: np.ndarray  # (usable workers, 3): what the sums add up
+    # [variant, request flags]: the usable workers passing passes_base (0) or fast_base (1), packed.
+    flag_words: np.ndarray
+    worker_words: np.ndarray  # ModelSets.worker_words: per request set
 
     @property
     def n(self) -> int:
         return len(self.g_set)
+
+    def words(self, groups: np.ndarray, variant: np.ndarray) -> np.ndarray:
+        """The eligible usable workers of ``groups`` (packed): model overlap AND the flag gates."""
+        return self.worker_words[self.g_set[groups]] & self.flag_words[variant, self.g_flags[groups]]
+
+
+def _packed_columns(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
+    """``table[:, worker_column]`` packed (:func:`pack_words`), a block of rows at a time."""
+    step = max(1, BLOCK_ELEMENTS // max(len(worker_column), 1))
+    blocks = range(0, max(len(table), 1), step)
+    return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
 
 
 def _shared_groups(
@@ -357,18 +381,26 @@ def _shared_groups(
     wr = cols.worker_rows
     threads = wk.threads[wr].astype(np.float64)
     w_values = np.stack([np.ones(len(wr)), threads, wk.speed[wr] * wk.threads[wr]], axis=1)
+    flag_words = np.stack([_packed_columns(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
+    groups = SharedGroups(group_of, g_set, g_flags, np.zeros(0, bool), np.zeros((0, 3)), w_values, flag_words, sets.worker_words)
+    every = np.arange(groups.n)
 
-    def sums(table: np.ndarray) -> np.ndarray:
-        return _group_sums(
-            sets.overlap, sets.w_set, flags.w_flags, w_values, table, g_set, g_flags, sets.set_models, vocabulary_size
-        )
+    def sums(variant: int) -> np.ndarray:
+        # The eligible workers of each group, packed; alike rows (groups whose
+        # flags pass the same workers) are summed once.
+        words = groups.words(every, np.full(groups.n, variant))
+        codes, first = row_codes(words)
+        return bit_sums(words[first], w_values)[codes]
 
-    sums_other = sums(flags.passes_base)
+    sums_other = sums(0)
     # Where no speed gate applies, the fast sums are the same sums.
-    sums_fast = sums_other if flags.speed_ok.all() else sums(flags.fast_base)
+    sums_fast = sums_other if flags.speed_ok.all() else sums(1)
     # A chat request keeps to fast workers unless none passes its other gates.
     g_fast = ~flags.chat[g_flags] | (sums_fast[:, 0] > 0)
-    return SharedGroups(group_of, g_set, g_flags, g_fast, np.where(g_fast[:, None], sums_fast, sums_other), w_values)
+    return SharedGroups(
+        group_of, g_set, g_flags, g_fast, np.where(g_fast[:, None], sums_fast, sums_other), w_values, flag_words,
+        sets.worker_words,
+    )
 
 
 # -- step 5: special groups (targeting, maintenance owners, excluded pairs) ---------------
@@ -625,88 +657,6 @@ def _classes_holding(
     return pair_key, pair_class
 
 
-def _group_sums(
-    overlap: np.ndarray,
-    w_set: np.ndarray,
-    w_flags: np.ndarray,
-    w_values: np.ndarray,
-    passes: np.ndarray,
-    g_set: np.ndarray,
-    g_flags: np.ndarray,
-    set_models: ListColumn,
-    n_models: int,
-) -> np.ndarray:
-    """Per group, the sums of ``w_values`` over workers passing both the model and flag gates.
-
-    Sums are first formed per (worker set, request flags) over the worker
-    declarations. A group naming no model then takes the total over worker
-    sets; a group naming one model takes that model's total (the worker sets
-    holding it), read from one product with the (model x worker set)
-    incidence; only groups naming several models sum their overlap rows.
-    ``set_models`` lists the models of each request set (in ``g_set`` codes).
-    """
-    n_group, k = len(g_set), w_values.shape[1]
-    out = np.zeros((n_group, k))
-    if n_group == 0 or len(w_set) == 0:
-        return out
-    n_wsets = overlap.shape[1]
-    decl, decl_first = factorize_rows(w_set, w_flags)
-    decl_values = np.zeros((len(decl_first), k))
-    _add_rows(decl_values, decl, w_values)
-    d_set, d_flags = w_set[decl_first], w_flags[decl_first]
-
-    size = set_models.lengths[g_set]
-    # The one model of each single-model request set, and a column per such model.
-    one_model = size == 1
-    only_model = set_models.values[set_models.offsets[:-1][g_set[one_model]]]
-    models_used, model_col = np.unique(only_model, return_inverse=True)
-    # incidence[m, s]: worker set s holds model models_used[m] (a request naming only m overlaps s).
-    incidence = overlap[_single_model_sets(set_models, models_used)] if len(models_used) else np.zeros((0, n_wsets), bool)
-    group_model = np.full(n_group, -1, dtype=np.int64)
-    group_model[one_model] = model_col.ravel()
-
-    used_flags, g_flag_col = np.unique(g_flags, return_inverse=True)
-    g_flag_col = g_flag_col.ravel()
-    step = max(1, BLOCK_ELEMENTS // max(n_wsets * k, 1))
-    for a in range(0, len(used_flags), step):
-        flags = used_flags[a : a + step]
-        # per_set[s, j, f]: sum of value j over declarations of worker set s passing flags f.
-        passing = passes[np.ix_(flags, d_flags)].T.astype(np.float64)
-        per_set = np.zeros((n_wsets, k, len(flags)))
-        for j in range(k):
-            _add_rows(per_set[:, j, :], d_set, passing * decl_values[:, j : j + 1])
-        mine = np.flatnonzero((g_flag_col >= a) & (g_flag_col < a + len(flags)))
-        col = g_flag_col[mine] - a
-        any_model = size[mine] == 0
-        out[mine[any_model]] = per_set.sum(axis=0)[:, col[any_model]].T
-        one = group_model[mine] >= 0
-        if one.any():
-            per_model = (incidence.astype(np.float64) @ per_set.reshape(n_wsets, -1)).reshape(len(models_used), k, len(flags))
-            out[mine[one]] = per_model[group_model[mine[one]], :, col[one]]
-        # Groups naming several models: their overlap rows times the worker-set
-        # sums of their flags, one product per flag combination.
-        several = mine[size[mine] > 1]
-        several = several[np.argsort(g_flag_col[several], kind="stable")]
-        flag_of = g_flag_col[several]
-        bounds = np.flatnonzero(np.r_[True, flag_of[1:] != flag_of[:-1], True]) if len(several) else []
-        rows_per_block = max(1, BLOCK_ELEMENTS // max(n_wsets, 1))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            sums_by_set = per_set[:, :, flag_of[lo] - a]  # (worker sets, k)
-            for b in range(lo, hi, rows_per_block):
-                rows = several[b : min(b + rows_per_block, hi)]
-                out[rows] = overlap[g_set[rows]].astype(np.float64) @ sums_by_set
-    return out
-
-
-def _single_model_sets(set_models: ListColumn, models: np.ndarray) -> np.ndarray:
-    """For each model, a request set (row of ``set_models``) that names exactly that model."""
-    sizes = set_models.lengths
-    rows = np.flatnonzero(sizes == 1)
-    only = set_models.values[set_models.offsets[:-1][rows]]
-    order = np.argsort(only, kind="stable")
-    return rows[order][np.searchsorted(only[order], models)]
-
-
 def _distinct_models(lists: ListColumn) -> ListColumn:
     """Each list without repeats (sorted)."""
     owners = lists.owners()
@@ -717,14 +667,6 @@ def _distinct_models(lists: ListColumn) -> ListColumn:
     owners, values = owners[keep], values[keep]
     offsets = np.r_[0, np.cumsum(np.bincount(owners, minlength=len(lists)))].astype(np.int64)
     return ListColumn(offsets, values)
-
-
-def _add_rows(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """``out[index] += values`` row-wise, for large inputs (sorted segment sums)."""
-    order = np.argsort(index, kind="stable")
-    index, values = index[order], values[order]
-    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
-    out[index[starts]] += np.add.reduceat(values, starts, axis=0)
 
 
 def _flags_by_class(
@@ -801,37 +743,24 @@ def _row_words(
     """The eligible workers of result rows as :func:`pack_words` rows, on demand.
 
     A shared row's workers are its model overlap AND its flag table row (the
-    very tables its sums add over), each packed once per request set and per
-    (request flags, speed variant), so a row costs a few words; a special
+    very packed tables its sums add over, :meth:`SharedGroups.words`), so a
+    row costs a few words; a special
     row's are its representative evaluated by :func:`_special_block`, unless
     kept already. Nothing is evaluated until called.
     """
-    packed: list[tuple[np.ndarray, np.ndarray]] = []
     local = np.full(len(wk.ids), -1, dtype=np.int64)
     local[cols.worker_rows] = np.arange(len(cols.worker_rows))
     nw = len(cols.worker_rows)
     step = max(1, BLOCK_ELEMENTS // max(nw, 1))
-
-    def per_worker(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
-        """``table[:, worker_column]`` packed, a block of rows at a time."""
-        blocks = range(0, max(len(table), 1), step)
-        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
-
-    def tables() -> tuple[np.ndarray, np.ndarray]:
-        if not packed:
-            by_flags = np.stack([per_worker(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
-            packed.append((per_worker(sets.overlap, sets.w_set), by_flags))
-        return packed[0]
 
     def words(rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros((len(rows), -(-max(nw, 1) // 64)), dtype=np.uint64)
         mine = np.flatnonzero(rows < shared.n)
         if len(mine):
-            by_set, by_flags = tables()
             group = rows[mine]
             variant = shared.g_fast[group].astype(np.int64)  # 0: every gate but speed, 1: speed too
-            out[mine] = by_set[shared.g_set[group]] & by_flags[variant, shared.g_flags[group]]
+            out[mine] = shared.words(group, variant)
         mine = np.flatnonzero(rows >= shared.n)
         for a in range(0, len(mine) if nw else 0, step):
             at = mine[a : a + step]

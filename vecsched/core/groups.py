@@ -245,3 +245,102 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
                 using = users[(bits[users] >> b) & 1 == 1]
                 out[using] |= eight[b]
     return out[same.ravel()]
+
+
+def holders(lists: ListColumn, n_values: int) -> np.ndarray:
+    """``out[v]``: which lists hold value ``v``, as :func:`pack_words` rows (``n_values`` rows)."""
+    held = np.zeros((n_values, len(lists)), dtype=bool)
+    held[lists.values.astype(np.int64), lists.owners()] = True
+    return pack_words(held)
+
+
+def or_by_lists(lists: ListColumn, rows: np.ndarray) -> np.ndarray:
+    """``out[i]`` = OR of ``rows[v]`` over the values ``v`` of list ``i`` (zero for an empty list).
+
+    With ``rows = holders(right, ...)`` this is the overlap of each list of
+    ``lists`` with each list of ``right``, packed: a request set overlaps a
+    worker set when one of its models is held there. Cost: list entries x
+    words, where :func:`overlap_matrix` pays lists x lists.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from vecsched.snapshot.lists import ListColumn
+    >>> lists = ListColumn(np.array([0, 2, 2, 3]), np.array([0, 2, 1]))
+    >>> rows = np.array([[1], [2], [4]], dtype=np.uint64)
+    >>> or_by_lists(lists, rows).ravel().tolist()
+    [5, 0, 2]
+    """
+    return or_rows_by_pairs(lists.owners(), lists.values.astype(np.int64), rows, len(lists))
+
+
+def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``out[i, j]`` = sum of ``values[b, j]`` over the bits ``b`` set in ``words[i]`` (:func:`pack_words` rows).
+
+    Column 0 of ``values`` must be all ones: it is answered by counting bits.
+    The others read, per byte of a row, a table of the 256 subset sums of its
+    eight bits' values: one lookup per eight bits instead of a multiply-add
+    per bit. Sums of integers stay exact in float64 below 2**53; other sums
+    differ from a sequential sum by rounding only.
+    """
+    n_rows, n_words = words.shape
+    n_bits, k = values.shape
+    out = np.zeros((n_rows, k))
+    if n_rows == 0 or n_words == 0:
+        return out
+    out[:, 0] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    n_bytes = n_words * 8
+    padded = np.zeros((n_bytes * 8, k - 1))
+    padded[:n_bits] = values[:, 1:]
+    per_bit = padded.reshape(n_bytes, 8, k - 1)
+    # table[byte, v]: the sum of the values of the bits v sets; packbits puts column 8j + b at bit 7 - b.
+    table = np.zeros((k - 1, n_bytes, 256))
+    for bit in range(8):
+        table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, 7 - bit, :].T[:, :, None]
+    flat = table.reshape(k - 1, -1)
+    offset = (np.arange(n_bytes, dtype=np.int32) * 256)[None, :]
+    as_bytes = words.view(np.uint8)
+    step = max(1, (1 << 20) // n_bytes)
+    for a in range(0, n_rows, step):
+        index = as_bytes[a : a + step] + offset  # int32
+        for j in range(1, k):
+            out[a : a + step, j] = np.take(flat[j - 1], index).sum(axis=1)
+    return out
+
+
+def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, first)`` as :func:`factorize_rows` gives for the rows of a 2-D integer array.
+
+    Rows are hashed (two independent sums of random keys times their 32-bit
+    halves) and the hash pairs factorized; every row is then compared with
+    the first row of its code, and on any collision the rows are sorted
+    instead, so the codes are exact whatever the hash does.
+    """
+    n = len(words)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    hashes = _row_hashes(words)
+    codes, first = factorize_rows(*hashes)
+    if np.array_equal(words, words[first[codes]]):
+        return codes, first
+    _, inverse = np.unique(
+        np.ascontiguousarray(words).view(np.dtype((np.void, words.shape[1] * words.itemsize))).ravel(),
+        return_inverse=True,
+    )
+    return factorize_rows(inverse.ravel())
+
+
+def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
+    """Two independent 64-bit hashes per row: sums of random odd keys times the rows' 32-bit halves."""
+    n = len(words)
+    halves = np.ascontiguousarray(words).view(np.uint32).reshape(n, -1)
+    rng = np.random.default_rng(0xC0DE5)
+    hashes = []
+    step = max(1, (1 << 22) // max(halves.shape[1], 1))
+    for _ in range(2):
+        keys = rng.integers(1, 2**63, size=halves.shape[1], dtype=np.int64).view(np.uint64) | np.uint64(1)
+        h = np.zeros(n, dtype=np.uint64)
+        for a in range(0, n, step):
+            h[a : a + step] = (halves[a : a + step].astype(np.uint64) * keys).sum(axis=1, dtype=np.uint64)
+        hashes.append(h.view(np.int64))
+    return hashes
