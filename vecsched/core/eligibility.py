@@ -487,27 +487,37 @@ def _special_sums(
     present: list[np.ndarray] = []
     if n_special and nw:
         step = max(1, BLOCK_ELEMENTS // nw)
-        # Groups of alike model sets share a block, so that a block reads only
-        # the workers whose sets overlap one of its groups' (the others fail
-        # the model gate): cost follows the overlapping workers, not all.
-        by_set = np.argsort(sets.r_set[special.representative], kind="stable")
+        reps = special.representative
+        # A whitelisted group can take only its targets: its block reads those
+        # workers alone. Other groups of alike model sets share a block, so that
+        # a block reads only the workers whose sets overlap one of its groups'
+        # (the others fail the model gate): cost follows those workers, not all.
+        listed = (rq.targets.lengths[reps] > 0) & ~rq.blacklist[reps]
+        position = np.full(len(wk.ids) + 1, -1, dtype=np.int64)  # worker row -> usable worker, -1 -> -1
+        position[cols.worker_rows] = np.arange(nw)
         local = np.full(len(wk.ids), -1, dtype=np.int64)
-        for start in range(0, n_special, step):
-            sg = by_set[start : start + step]
-            reqs = special.representative[sg]
-            columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
-            if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
-                columns = np.arange(nw)
-            local[cols.worker_rows[columns]] = np.arange(len(columns))
-            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
-            local[cols.worker_rows[columns]] = -1
-            sums[sg] = final.astype(np.float64) @ w_values[columns]
-            if workers is not None and len(columns) == nw:
-                workers[sg] = final
-            elif workers is not None:
-                workers[np.ix_(sg, columns)] = final
-            if classes is not None and len(columns):
-                present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
+        for part in (np.flatnonzero(~listed), np.flatnonzero(listed)):
+            by_set = part[np.argsort(sets.r_set[reps[part]], kind="stable")]
+            for start in range(0, len(part), step):
+                sg = by_set[start : start + step]
+                reqs = reps[sg]
+                if listed[sg[0]]:
+                    columns = np.unique(position[rq.targets.take(reqs).values])
+                    columns = columns[columns >= 0]
+                else:
+                    columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
+                if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
+                    columns = np.arange(nw)
+                local[cols.worker_rows[columns]] = np.arange(len(columns))
+                final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
+                local[cols.worker_rows[columns]] = -1
+                sums[sg] = final.astype(np.float64) @ w_values[columns]
+                if workers is not None and len(columns) == nw:
+                    workers[sg] = final
+                elif workers is not None:
+                    workers[np.ix_(sg, columns)] = final
+                if classes is not None and len(columns):
+                    present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
     return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
 
 
