@@ -51,6 +51,7 @@ from vecsched.core.groups import (
     or_rows_dense,
     pack_words,
     row_codes,
+    transpose_words,
     set_codes,
     unique_rows,
     unpack_words,
@@ -297,18 +298,24 @@ class ModelSets:
 
 
 def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vocabulary_size: int) -> ModelSets:
-    r_codes, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
+    _, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
     _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
-    r_lists, w_lists = rq.models.take(r_first), wk.models.take(worker_rows)
-    # A request set overlaps what holds one of its models: an OR of one packed row per model.
-    n_values = max([vocabulary_size, 1] + [int(v.max()) + 1 for v in (r_lists.values, w_lists.values) if len(v)])
-    overlap = unpack_words(or_by_lists(r_lists, holders(w_lists.take(w_first), n_values)), len(w_first))
-    everything = r_codes == 0  # a request naming no model takes any
-    overlap[everything, :] = True
-    worker_words = or_by_lists(r_lists, holders(w_lists, n_values))
-    worker_words[everything] = pack_words(np.ones((1, len(worker_rows)), dtype=bool))
-    # Repeats inside a request's list removed.
-    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, _distinct_models(r_lists), worker_words)
+    set_models = _distinct_models(rq.models.take(r_first))  # repeats inside a request's list removed
+    w_lists = wk.models.take(worker_rows)
+    overlap = unpack_words(_overlap_words(set_models, w_lists.take(w_first)), len(w_first))
+    worker_words = _overlap_words(set_models, w_lists)
+    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, set_models, worker_words)
+
+
+def _overlap_words(set_models: ListColumn, lists: ListColumn) -> np.ndarray:
+    """Per request set, the ``lists`` it overlaps (packed): the OR of one row per model it names.
+
+    A request naming no model takes any.
+    """
+    n_values = 1 + max([0] + [int(v.max()) for v in (set_models.values, lists.values) if len(v)])
+    words = or_by_lists(set_models, holders(lists, n_values))
+    words[set_models.lengths == 0] = pack_words(np.ones((1, len(lists)), dtype=bool))
+    return words
 
 
 # -- step 3: flag combinations and the flag gates -----------------------------------------
@@ -590,11 +597,13 @@ def _takes(
     w_kind, w_kind_first = factorize_rows(*cols.w_kind)
     kinds_ok = gates.kind([c[r_kind_first] for c in cols.r_kind], [c[w_kind_first] for c in cols.w_kind])
     raw_sig, raw_sig_first = factorize_rows(sets.r_set, r_kind)
-    c_set, c_kind = sets.w_set[class_first], w_kind[class_first]
-    # can_take[s, c]: take class c could take signature s.
-    can_take = sets.overlap[np.ix_(sets.r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
-    merged_first, merged_of = unique_rows(pack_words(can_take))
-    class_rows = pack_words(np.ascontiguousarray(can_take[merged_first].T))  # class -> signatures
+    # can_take[s, c]: take class c could take signature s; packed over classes per request set
+    # (the overlap) and per request kind, ANDed per signature.
+    by_set = _overlap_words(sets.set_models, wk.models.take(cols.worker_rows[class_first]))
+    by_kind = _packed_columns(kinds_ok, w_kind[class_first])
+    can_take = by_set[sets.r_set[raw_sig_first]] & by_kind[r_kind[raw_sig_first]]
+    merged_of, merged_first = row_codes(can_take)
+    class_rows = transpose_words(can_take[merged_first], len(class_first))  # class -> signatures
 
     def rows_of(class_rows: np.ndarray) -> np.ndarray:
         n_class, n_special = len(class_first), len(found.sums)

@@ -344,3 +344,26 @@ def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
             h[a : a + step] = (halves[a : a + step].astype(np.uint64) * keys).sum(axis=1, dtype=np.uint64)
         hashes.append(h.view(np.int64))
     return hashes
+
+
+def transpose_words(words: np.ndarray, n_cols: int) -> np.ndarray:
+    """The :func:`pack_words` rows of the transpose of the ``n_cols``-column bit matrix ``words`` packs.
+
+    A block of 512 rows at a time is unpacked, transposed while small enough
+    to stay in cache and packed again: a whole-matrix transposed copy of the
+    unpacked bits is several times slower.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = np.array([[True, False, True], [False, False, True]])
+    >>> unpack_words(transpose_words(pack_words(m), 3), 2).tolist()
+    [[True, False], [False, False], [True, True]]
+    """
+    n_rows = len(words)
+    out = np.zeros((n_cols, -(-max(n_rows, 1) // 64) * 8), dtype=np.uint8)
+    step = 512  # a multiple of 8: each block fills whole bytes of the output
+    for a in range(0, n_rows, step):
+        block = np.packbits(np.ascontiguousarray(unpack_words(words[a : a + step], n_cols).T), axis=1)
+        out[:, a // 8 : a // 8 + block.shape[1]] = block
+    return out.view(np.uint64)
