@@ -92,12 +92,23 @@ class Takes:
     n_signatures: int
     class_rows: np.ndarray
     worker_class: np.ndarray
-    rows_of: Callable[[np.ndarray], np.ndarray] = field(repr=False, compare=False)  # class_rows -> takeable
+    # class_rows -> (distinct takeable rows, each row's place among them)
+    rows_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] = field(repr=False, compare=False)
+
+    @cached_property
+    def distinct_takeable(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(distinct, of)``: the distinct takeable rows (no two equal) and each row's place among them.
+
+        ``distinct[of]`` is :attr:`takeable`; competition reads this form, so the
+        many rows that take alike are formed (and compared) once.
+        """
+        return self.rows_of(self.class_rows)
 
     @cached_property
     def takeable(self) -> np.ndarray:
         """Each row's takeable signatures (see the class docstring)."""
-        return self.rows_of(self.class_rows)
+        distinct, of = self.distinct_takeable
+        return distinct[of]
 
 
 @dataclass(frozen=True)
@@ -605,15 +616,21 @@ def _takes(
     merged_of, merged_first = row_codes(can_take)
     class_rows = transpose_words(can_take[merged_first], len(class_first))  # class -> signatures
 
-    def rows_of(class_rows: np.ndarray) -> np.ndarray:
+    def rows_of(class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n_class, n_special = len(class_first), len(found.sums)
-        takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
+        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
+        shared_rows, special_rows = nothing[0], nothing[0]
+        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
         if shared.n and n_class:
-            takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
         if len(found.present) and n_class:
             pair = found.present  # (special group, class), deduplicated per block
-            takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-        return takeable
+            special_rows = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+            special_of = np.arange(n_special)
+        # Special rows often equal shared ones: one code over both.
+        codes, first = row_codes(np.concatenate([shared_rows, special_rows]))
+        both = np.concatenate([shared_rows, special_rows])[first]
+        return both, codes[np.r_[shared_of, special_of + len(shared_rows)]]
 
     return Takes(merged_of[raw_sig], len(merged_first), class_rows, w_class, rows_of)
 
@@ -650,7 +667,40 @@ def _shared_takeable(
     pair_key, pair_class = _classes_holding(wk, cols, class_first, k_model)
     passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
     key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
-    return _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
+    key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
+    return _or_combinations(key_group, key_code[key_of_pair], key_rows[distinct_first], n_group)
+
+
+def _or_combinations(
+    key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, of)`` with ``distinct[of[k]]`` the OR of ``rows[source[i]]`` over the pairs with ``key[i] == k``.
+
+    A key of one source reads that row as it is (most groups name one model);
+    keys of several sources are ORed once per distinct set of sources.
+    """
+    n_rows = len(rows)
+    _, pair_first = factorize_rows(key, source)
+    key, source = key[pair_first], source[pair_first]  # repeats dropped
+    n_sources = np.bincount(key, minlength=n_keys)
+    of = np.full(n_keys, n_rows, dtype=np.int64)  # keys of no source read the zero row appended
+    one = n_sources[key] == 1
+    of[key[one]] = source[one]
+    several = ~one
+    order = np.argsort(key[several], kind="stable")
+    s_sorted = source[several][order]
+    multi = np.flatnonzero(n_sources > 1)
+    lists = ListColumn(np.r_[0, np.cumsum(n_sources[multi])].astype(np.int64), s_sorted)
+    combination, combination_first = factorize_rows(set_codes(lists, n_rows))
+    pair_owner = np.repeat(np.arange(len(multi)), n_sources[multi])
+    is_first = np.zeros(len(multi), dtype=bool)
+    is_first[combination_first] = True
+    keep = is_first[pair_owner]  # the pairs of one key per combination
+    ored = or_rows_by_pairs(combination[pair_owner[keep]], s_sorted[keep], rows, len(combination_first))
+    of[multi] = n_rows + 1 + combination
+    stacked = np.concatenate([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
+    codes, first = row_codes(stacked)
+    return stacked[first], codes[of]
 
 
 def _classes_holding(
