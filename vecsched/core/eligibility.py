@@ -154,7 +154,7 @@ def eligibility(
     shared = _shared_groups(wk, cols, sets, flags, vocabulary_size)
     special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
-    w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
+    w_class, class_first = _take_classes(wk, cols, sets)
     classes = (w_class, len(class_first)) if with_competition else None
     found = _special_sums(
         wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes,
@@ -180,6 +180,24 @@ def eligibility(
         worker_rows=cols.worker_rows,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
+
+
+def _take_classes(wk: WorkerArrays, cols: GateColumns, sets: ModelSets) -> tuple[np.ndarray, np.ndarray]:
+    """Each usable worker's take class, (worker set, kind), and a worker of each class.
+
+    Classes are numbered by their set's smallest model: the classes holding a
+    model then sit close together, so the OR over a model key's classes
+    (:func:`vecsched.core.groups.or_rows_dense`) touches few runs of eight.
+    """
+    w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
+    lists = wk.models.take(cols.worker_rows[class_first])
+    smallest = np.full(len(class_first), -1, dtype=np.int64)
+    held = lists.lengths > 0
+    smallest[held] = np.minimum.reduceat(lists.values.astype(np.int64), lists.offsets[:-1][held])
+    order = np.lexsort((sets.w_set[class_first], smallest))
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(len(order))
+    return renumber[w_class], class_first[order]
 
 
 # -- step 1: the gate inputs of one gentype, as small-integer columns ---------------------
@@ -529,7 +547,7 @@ def _special_sums(
                 local[cols.worker_rows[columns]] = np.arange(len(columns))
                 final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
                 local[cols.worker_rows[columns]] = -1
-                sums[sg] = final.astype(np.float64) @ w_values[columns]
+                sums[sg] = bit_sums(pack_words(final), w_values[columns])
                 if workers is not None and len(columns) == nw:
                     workers[sg] = final
                 elif workers is not None:

@@ -309,11 +309,10 @@ def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, first)`` as :func:`factorize_rows` gives for the rows of a 2-D integer array.
+    """``(codes, first)`` as :func:`factorize_rows` gives for the rows of packed words (uint64).
 
-    Rows are hashed (two independent sums of random keys times their 32-bit
-    halves) and the hash pairs factorized; every row is then compared with
-    the first row of its code, and on any collision the rows are sorted
+    Rows are hashed (:func:`_row_hashes`) and the hashes factorized; every
+    row is then compared with the first row of its code, and on any collision the rows are sorted
     instead, so the codes are exact whatever the hash does.
     """
     n = len(words)
@@ -331,19 +330,21 @@ def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
-    """Two independent 64-bit hashes per row: sums of random odd keys times the rows' 32-bit halves."""
-    n = len(words)
-    halves = np.ascontiguousarray(words).view(np.uint32).reshape(n, -1)
-    rng = np.random.default_rng(0xC0DE5)
-    hashes = []
-    step = max(1, (1 << 22) // max(halves.shape[1], 1))
-    for _ in range(2):
-        keys = rng.integers(1, 2**63, size=halves.shape[1], dtype=np.int64).view(np.uint64) | np.uint64(1)
-        h = np.zeros(n, dtype=np.uint64)
-        for a in range(0, n, step):
-            h[a : a + step] = (halves[a : a + step].astype(np.uint64) * keys).sum(axis=1, dtype=np.uint64)
-        hashes.append(h.view(np.int64))
-    return hashes
+    """A 64-bit hash per row: the sum of each word, its high half folded in, times a random odd key.
+
+    Folding lets two rows that differ only in the top bits of two words
+    still differ after the multiplication; collisions are caught by the
+    caller's comparison anyway.
+    """
+    n, n_words = words.shape
+    keys = np.random.default_rng(0xC0DE5).integers(1, 2**63, size=n_words, dtype=np.int64).view(np.uint64)
+    keys |= np.uint64(1)
+    h = np.zeros(n, dtype=np.uint64)
+    step = max(1, (1 << 21) // max(n_words, 1))
+    for a in range(0, n, step):
+        block = words[a : a + step]
+        h[a : a + step] = ((block ^ (block >> np.uint64(29))) * keys).sum(axis=1, dtype=np.uint64)
+    return [h.view(np.int64)]
 
 
 def transpose_words(words: np.ndarray, n_cols: int) -> np.ndarray:
