@@ -662,14 +662,14 @@ def _shared_takeable(
     w_class: np.ndarray,
     class_first: np.ndarray,
     class_rows: np.ndarray,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per shared group, the OR of the rows of the take classes among its eligible workers.
 
     present[g, c] = overlap[set of g, set of c] and some worker of class c
     passes g's flags. overlap(request set, class set) is an OR over the
     request's models, so a group's row is the OR over its models m of one row
     per (m, variant, flags) key: the classes holding m whose workers pass
-    those flags. A group naming one model reads a single key; one naming none
+    those flags (flags passing the same classes share keys). A group naming one model reads a single key; one naming none
     reads the key of "any model" (m = -1), which every class holds.
     """
     n_group, n_class = shared.n, len(class_first)
@@ -679,11 +679,15 @@ def _shared_takeable(
     named = np.repeat(np.arange(n_group), sizes)
     key_group = np.r_[named, np.flatnonzero(sizes == 0)]
     key_model = np.r_[sets.set_models.take(shared.g_set).values, np.full(int((sizes == 0).sum()), -1)]
-    key_of_pair, key_first = factorize_rows(key_model, variant[key_group], shared.g_flags[key_group])
+    # (variant, flags) passing the same classes give alike keys for every model: one code for them.
+    n_rflags = flags_by_class.shape[2]
+    passing_code, code_first = row_codes(pack_words(flags_by_class.transpose(0, 2, 1).reshape(2 * n_rflags, n_class)))
+    g_passing = passing_code[variant * n_rflags + shared.g_flags]
+    key_of_pair, key_first = factorize_rows(key_model, g_passing[key_group])
     k_model = key_model[key_first]
-    k_variant, k_flags = variant[key_group[key_first]], shared.g_flags[key_group[key_first]]
+    k_first = code_first[g_passing[key_group[key_first]]]  # a (variant, flags) of each key
     pair_key, pair_class = _classes_holding(wk, cols, class_first, k_model)
-    passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
+    passing = flags_by_class[k_first[pair_key] // n_rflags, pair_class, k_first[pair_key] % n_rflags]
     key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
     key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
     return _or_combinations(key_group, key_code[key_of_pair], key_rows[distinct_first], n_group)
