@@ -77,8 +77,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         with stages("eligibility"):
             # might_stall needs what each group could take, image included.
             elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), True)
-            if aware:  # competition reads every row's takeable signatures; might_stall alone reads them later
-                _ = elig.competition.takeable
+            if aware:  # competition reads the distinct takeable rows; might_stall alone reads them per row later
+                _ = elig.competition.distinct_takeable
         groups.update(
             {
                 f"{name}_request_groups": elig.n_groups,
