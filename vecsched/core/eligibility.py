@@ -155,9 +155,8 @@ def eligibility(
     special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
     w_class, class_first = _take_classes(wk, cols, sets)
-    classes = (w_class, len(class_first)) if with_competition else None
     found = _special_sums(
-        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes,
+        wk, rq, cols, sets, flags, special, excluded, shared.w_values,
         # might_stall and the forecasts read special rows' workers again (row_words)
         keep_workers=every_request_special or with_competition,
     )
@@ -501,7 +500,19 @@ class SpecialSums:
 
     sums: np.ndarray  # (special groups, 3)
     workers: np.ndarray | None  # (special groups, usable workers) with every_request_special
-    present: np.ndarray  # special group * n_class + take class, for each class among its workers
+    blocks: list[tuple[np.ndarray, np.ndarray]]  # (groups, the worker columns read for them)
+
+    def present(self, w_class: np.ndarray, n_class: int) -> np.ndarray:
+        """``group * n_class + class`` for each take class among each group's eligible workers.
+
+        Read from the kept workers a block at a time, over the columns the
+        block was evaluated on; only takeable rows need it, so it waits for them.
+        """
+        parts = [np.zeros(0, dtype=np.int64)]
+        for groups, columns in self.blocks:
+            final = self.workers[groups] if len(columns) == self.workers.shape[1] else self.workers[np.ix_(groups, columns)]
+            parts.append(_classes_present(final, groups, w_class[columns], n_class))
+        return np.concatenate(parts)
 
 
 def _special_sums(
@@ -513,14 +524,13 @@ def _special_sums(
     special: SpecialGroups,
     excluded: tuple[np.ndarray, np.ndarray],
     w_values: np.ndarray,
-    classes: tuple[np.ndarray, int] | None,
     keep_workers: bool,
 ) -> SpecialSums:
-    """``classes`` is (each worker's take class, how many) when competition needs them."""
+    """The sums of each special group, evaluated a block of groups at a time."""
     nw, n_special = len(cols.worker_rows), special.n
     sums = np.zeros((n_special, 3))
     workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
-    present: list[np.ndarray] = []
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []
     if n_special and nw:
         step = max(1, BLOCK_ELEMENTS // nw)
         reps = special.representative
@@ -552,9 +562,9 @@ def _special_sums(
                     workers[sg] = final
                 elif workers is not None:
                     workers[np.ix_(sg, columns)] = final
-                if classes is not None and len(columns):
-                    present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
-    return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
+                if workers is not None and len(columns):
+                    blocks.append((sg, columns))
+    return SpecialSums(sums, workers, blocks)
 
 
 def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
@@ -641,8 +651,8 @@ def _takes(
         shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
         if shared.n and n_class:
             shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
-        if len(found.present) and n_class:
-            pair = found.present  # (special group, class), deduplicated per block
+        pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
+        if len(pair):  # (special group, class), deduplicated per block
             special_rows = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
             special_of = np.arange(n_special)
         # Special rows often equal shared ones: one code over both.
