@@ -595,15 +595,26 @@ def _special_block(
     wr = cols.worker_rows[columns]
     w_set, w_flags = sets.w_set[columns], flags.w_flags[columns]
     other = sets.overlap[sets.r_set[reqs]][:, w_set] & flags.passes[flags.r_flags[reqs]][:, w_flags]
-    owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
-    other &= ~wk.maintenance[wr] | (wk.user[wr] == owner[:, None])
+    # Maintenance workers serve only their owner; they are few, so only their columns are read.
+    maintained = np.flatnonzero(wk.maintenance[wr])
+    if len(maintained):
+        owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
+        other[:, maintained] &= wk.user[wr[maintained]] == owner[:, None]
     targeted = rq.targets.take(reqs)
     t_local = local[np.maximum(targeted.values, 0)]
     t_ok = (targeted.values >= 0) & (t_local >= 0)
-    mask = np.zeros_like(other)
-    mask[targeted.owners()[t_ok], t_local[t_ok]] = True
-    on_list = (targeted.lengths > 0)[:, None]
-    other &= ~on_list | np.where(rq.blacklist[reqs][:, None], ~mask, mask)
+    t_row, t_col = targeted.owners()[t_ok], t_local[t_ok]
+    # A blacklist clears its workers; a whitelist keeps its workers only.
+    blacklist = rq.blacklist[reqs]
+    on_black = blacklist[t_row]
+    other[t_row[on_black], t_col[on_black]] = False
+    white = np.flatnonzero((targeted.lengths > 0) & ~blacklist)
+    if len(white):
+        white_row = np.full(len(reqs), -1, dtype=np.int64)
+        white_row[white] = np.arange(len(white))
+        mask = np.zeros((len(white), len(columns)), dtype=bool)
+        mask[white_row[t_row[~on_black]], t_col[~on_black]] = True
+        other[white] &= mask
     ex_workers, ex_requests = excluded
     hit = np.isin(ex_requests, reqs)
     if hit.any():
@@ -611,6 +622,8 @@ def _special_block(
         ex_local = local[ex_workers[hit]]
         ok = ex_local >= 0
         other[row_of[ok], ex_local[ok]] = False
+    if flags.speed_ok.all():  # no speed gate (image)
+        return other
     fast = other & flags.speed_ok[flags.r_flags[reqs]][:, w_flags]
     # A chat request keeps to fast workers unless none passes its other gates.
     use_fast = ~cols.chat[reqs] | fast.any(axis=1)
