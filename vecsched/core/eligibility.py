@@ -314,13 +314,12 @@ _GENTYPE_GATES = {
 
 @dataclass(frozen=True)
 class ModelSets:
-    """Distinct model sets of the requests and of the usable workers, and which overlap."""
+    """Distinct model sets of the requests and of the usable workers, and which workers each overlaps."""
 
     r_set: np.ndarray  # each request's set
     r_set_first: np.ndarray  # a request of each set
     w_set: np.ndarray  # each usable worker's set
     w_set_first: np.ndarray
-    overlap: np.ndarray  # [request set, worker set]
     set_models: ListColumn  # distinct models of each request set
     worker_words: np.ndarray  # [request set]: the usable workers of overlapping sets, packed
 
@@ -330,9 +329,8 @@ def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vo
     _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
     set_models = _distinct_models(rq.models.take(r_first))  # repeats inside a request's list removed
     w_lists = wk.models.take(worker_rows)
-    overlap = unpack_words(_overlap_words(set_models, w_lists.take(w_first)), len(w_first))
     worker_words = _overlap_words(set_models, w_lists)
-    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, set_models, worker_words)
+    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, set_models, worker_words)
 
 
 def _overlap_words(set_models: ListColumn, lists: ListColumn) -> np.ndarray:
@@ -551,7 +549,8 @@ def _special_sums(
                     columns = np.unique(position[rq.targets.take(reqs).values])
                     columns = columns[columns >= 0]
                 else:
-                    columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
+                    reach = np.bitwise_or.reduce(sets.worker_words[sets.r_set[reqs]], axis=0)
+                    columns = np.flatnonzero(unpack_words(reach[None, :], nw)[0])
                 if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
                     columns = np.arange(nw)
                 local[cols.worker_rows[columns]] = np.arange(len(columns))
@@ -593,8 +592,11 @@ def _special_block(
     ``local`` maps a worker row to its place in ``columns`` (-1 elsewhere).
     """
     wr = cols.worker_rows[columns]
-    w_set, w_flags = sets.w_set[columns], flags.w_flags[columns]
-    other = sets.overlap[sets.r_set[reqs]][:, w_set] & flags.passes[flags.r_flags[reqs]][:, w_flags]
+    w_flags = flags.w_flags[columns]
+    overlapping = unpack_words(sets.worker_words[sets.r_set[reqs]], len(cols.worker_rows))
+    if len(columns) < len(cols.worker_rows):
+        overlapping = overlapping[:, columns]
+    other = overlapping & flags.passes[flags.r_flags[reqs]][:, w_flags]
     # Maintenance workers serve only their owner; they are few, so only their columns are read.
     maintained = np.flatnonzero(wk.maintenance[wr])
     if len(maintained):
