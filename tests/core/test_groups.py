@@ -184,3 +184,16 @@ def test_row_codes_stay_exact_when_hashes_collide(monkeypatch):
     codes, first = groups.row_codes(words)
     np.testing.assert_array_equal(words[first[codes]], words)
     assert len(first) == 2
+
+
+def test_or_rows_by_pairs_agrees_with_many_sources_per_key():
+    # Above FEW_SOURCES sources per key the rows are reduced per key instead of source by source.
+    rng = np.random.default_rng(3)
+    matrix = rng.random((50, 130)) < 0.1
+    for per_key in (3, 40):
+        key = np.repeat(np.arange(20), per_key)
+        source = rng.integers(0, 50, len(key))
+        want = np.zeros((25, 130), dtype=bool)
+        np.logical_or.at(want, key, matrix[source])
+        got = unpack_words(or_rows_by_pairs(key, source, pack_words(matrix), 25), 130)
+        np.testing.assert_array_equal(got, want)

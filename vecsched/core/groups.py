@@ -172,11 +172,17 @@ def unique_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
+# Keys with at most this many sources each are ORed source by source (or_rows_by_pairs).
+FEW_SOURCES = 16
+
+
 def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``, pair by pair.
 
-    The pairs sorted by key, one OR reduction per key over its sources' rows:
-    cost (and memory) follow pairs x words, whatever the number of sources.
+    The pairs sorted by key; where keys have at most :data:`FEW_SOURCES`
+    sources each, the j-th source of every key is ORed in for each j, else one
+    OR reduction per key over its gathered rows: cost follows pairs x words,
+    whatever the number of sources.
     Where keys have a few sources each among many (groups ORing their model
     keys' rows), this beats :func:`or_rows_dense`, whose cost follows the
     runs of eight sources.
@@ -192,9 +198,18 @@ def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_ke
     if len(key) == 0:
         return out
     order = np.argsort(key, kind="stable")
-    sorted_keys = key[order]
+    sorted_keys, sorted_sources = key[order], source[order]
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    out[sorted_keys[starts]] = np.bitwise_or.reduceat(rows[source[order]], starts, axis=0)
+    counts = np.diff(np.r_[starts, len(key)])
+    if counts.max() > FEW_SOURCES:
+        out[sorted_keys[starts]] = np.bitwise_or.reduceat(rows[sorted_sources], starts, axis=0)
+        return out
+    # Few sources per key: OR the j-th source of every key having one, for each j,
+    # without gathering every pair's row into one temporary first.
+    out[sorted_keys[starts]] = rows[sorted_sources[starts]]
+    for j in range(1, int(counts.max())):
+        has = starts[counts > j]
+        out[sorted_keys[has]] |= rows[sorted_sources[has + j]]
     return out
 
 
