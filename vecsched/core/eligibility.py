@@ -149,9 +149,9 @@ def eligibility(
     """
     gates = _GENTYPE_GATES[gentype]  # the one place text and image part ways
     cols = gates.columns(wk, rq)
-    sets = _model_sets(wk, rq, cols.worker_rows, vocabulary_size)
+    sets = _model_sets(wk, rq, cols.worker_rows)
     flags = _flag_tables(wk, cols, gates)
-    shared = _shared_groups(wk, cols, sets, flags, vocabulary_size)
+    shared = _shared_groups(wk, cols, sets, flags)
     special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
     w_class, class_first = _take_classes(wk, cols, sets)
@@ -324,7 +324,7 @@ class ModelSets:
     worker_words: np.ndarray  # [request set]: the usable workers of overlapping sets, packed
 
 
-def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vocabulary_size: int) -> ModelSets:
+def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray) -> ModelSets:
     _, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
     _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
     set_models = _distinct_models(rq.models.take(r_first))  # repeats inside a request's list removed
@@ -406,9 +406,7 @@ def _packed_columns(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
     return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
 
 
-def _shared_groups(
-    wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: FlagTables, vocabulary_size: int
-) -> SharedGroups:
+def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: FlagTables) -> SharedGroups:
     group_of, group_first = factorize_rows(sets.r_set, flags.r_flags)
     g_set, g_flags = sets.r_set[group_first], flags.r_flags[group_first]
     wr = cols.worker_rows
