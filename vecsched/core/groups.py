@@ -335,7 +335,8 @@ def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     hashes = _row_hashes(words)
     codes, first = factorize_rows(*hashes)
-    if np.array_equal(words, words[first[codes]]):
+    copies = np.flatnonzero(first[codes] != np.arange(n))  # a first row equals itself
+    if np.array_equal(words[copies], words[first[codes[copies]]]):
         return codes, first
     _, inverse = np.unique(
         np.ascontiguousarray(words).view(np.dtype((np.void, words.shape[1] * words.itemsize))).ravel(),
