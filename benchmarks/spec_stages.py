@@ -53,7 +53,7 @@ def spec_stages(snapshot: Snapshot) -> dict[str, float]:
         def eligibility() -> Any:
             elig = stages._eligibility(batch, gentype, mine, len(snapshot.model_names), True)
             if gentype == TEXT:
-                _ = elig.competition.takeable  # what competition reads
+                _ = elig.competition.distinct_takeable  # what competition reads
             return elig
 
         elig = timed("eligibility", eligibility)

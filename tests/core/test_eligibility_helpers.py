@@ -19,3 +19,25 @@ def test_classes_present_lists_each_class_among_each_groups_workers_once(n_group
     got = _classes_present(final, groups, column_class, n_class)
     assert sorted(got.tolist()) == want
     assert len(got) == len(want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=9),
+    st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8)), max_size=60),
+)
+def test_or_combinations_gives_each_keys_or_from_distinct_rows(n_keys, rows, pairs):
+    from vecsched.core.eligibility import _or_combinations
+    from vecsched.core.groups import pack_words, unpack_words
+
+    matrix = np.array(rows, dtype=bool)
+    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]
+    key = np.array([k for k, _ in pairs], dtype=np.int64)
+    source = np.array([s for _, s in pairs], dtype=np.int64)
+    want = np.zeros((n_keys, 70), dtype=bool)
+    for k, s in pairs:
+        want[k] |= matrix[s]
+    distinct, of = _or_combinations(key, source, pack_words(matrix), n_keys)
+    np.testing.assert_array_equal(unpack_words(distinct, 70)[of], want)
+    assert len({r.tobytes() for r in distinct}) == len(distinct)  # no two distinct rows alike

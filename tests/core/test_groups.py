@@ -7,7 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecsched.core.groups import (
+    bit_sums,
     factorize_rows,
+    holders,
+    or_by_lists,
+    row_codes,
     or_rows_by_pairs,
     or_rows_dense,
     overlap_matrix,
@@ -136,4 +140,60 @@ def test_or_rows_by_key_agrees_on_few_sources_per_key_among_many():
         want = np.zeros((n_keys, 100), dtype=bool)
         np.logical_or.at(want, key, matrix[source])
         got = unpack_words(_or_rows_by_key(key, source, pack_words(matrix), n_keys), 100)
+        np.testing.assert_array_equal(got, want)
+
+
+@given(small_lists, small_lists)
+def test_or_by_lists_over_holders_is_the_overlap(left, right):
+    want = np.array([[bool(set(a) & set(b)) for b in right] for a in left], dtype=bool)
+    rows = holders(ListColumn.from_lists(right, np.int64), 13)
+    got = unpack_words(or_by_lists(ListColumn.from_lists(left, np.int64), rows), len(right))
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=150), min_size=1, max_size=12),
+    st.integers(0, 2**32),
+)
+def test_bit_sums_add_the_values_of_the_set_bits(rows, seed):
+    width = min(len(r) for r in rows)
+    matrix = np.array([r[:width] for r in rows], dtype=bool)
+    rng = np.random.default_rng(seed)
+    values = np.stack([np.ones(width), rng.integers(1, 9, width).astype(float), rng.random(width) * 100], axis=1)
+    got = bit_sums(pack_words(matrix), values)
+    want = matrix.astype(float) @ values
+    np.testing.assert_array_equal(got[:, :2], want[:, :2])  # integers: exact
+    np.testing.assert_allclose(got[:, 2], want[:, 2], rtol=1e-12)
+
+
+@given(st.lists(st.lists(st.integers(0, 3), min_size=3, max_size=3), min_size=1, max_size=40))
+def test_row_codes_equal_iff_rows_equal(rows):
+    words = np.array(rows, dtype=np.uint64) << np.uint64(62)  # differences in the top bits only
+    codes, first = row_codes(words)
+    want, want_first = factorize_rows(*words.T.astype(np.int64))
+    np.testing.assert_array_equal(codes, want)
+    np.testing.assert_array_equal(first, want_first)
+
+
+def test_row_codes_stay_exact_when_hashes_collide(monkeypatch):
+    import vecsched.core.groups as groups
+
+    monkeypatch.setattr(groups, "_row_hashes", lambda w: [np.zeros(len(w), np.int64)] * 2)
+    words = np.array([[1, 2], [3, 4], [1, 2]], dtype=np.uint64)
+    codes, first = groups.row_codes(words)
+    np.testing.assert_array_equal(words[first[codes]], words)
+    assert len(first) == 2
+
+
+def test_or_rows_by_pairs_agrees_with_many_sources_per_key():
+    # Above FEW_SOURCES sources per key the rows are reduced per key instead of source by source.
+    rng = np.random.default_rng(3)
+    matrix = rng.random((50, 130)) < 0.1
+    for per_key in (3, 40):
+        key = np.repeat(np.arange(20), per_key)
+        source = rng.integers(0, 50, len(key))
+        want = np.zeros((25, 130), dtype=bool)
+        np.logical_or.at(want, key, matrix[source])
+        got = unpack_words(or_rows_by_pairs(key, source, pack_words(matrix), 25), 130)
         np.testing.assert_array_equal(got, want)

@@ -45,9 +45,13 @@ from vecsched.core.groups import (
     factorize_rows,
     or_by_segments,
     or_rows_by_pairs,
+    bit_sums,
+    holders,
+    or_by_lists,
     or_rows_dense,
-    overlap_matrix,
     pack_words,
+    row_codes,
+    transpose_words,
     set_codes,
     unique_rows,
     unpack_words,
@@ -88,12 +92,23 @@ class Takes:
     n_signatures: int
     class_rows: np.ndarray
     worker_class: np.ndarray
-    rows_of: Callable[[np.ndarray], np.ndarray] = field(repr=False, compare=False)  # class_rows -> takeable
+    # class_rows -> (distinct takeable rows, each row's place among them)
+    rows_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] = field(repr=False, compare=False)
+
+    @cached_property
+    def distinct_takeable(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(distinct, of)``: the distinct takeable rows (no two equal) and each row's place among them.
+
+        ``distinct[of]`` is :attr:`takeable`; competition reads this form, so the
+        many rows that take alike are formed (and compared) once.
+        """
+        return self.rows_of(self.class_rows)
 
     @cached_property
     def takeable(self) -> np.ndarray:
         """Each row's takeable signatures (see the class docstring)."""
-        return self.rows_of(self.class_rows)
+        distinct, of = self.distinct_takeable
+        return distinct[of]
 
 
 @dataclass(frozen=True)
@@ -134,15 +149,14 @@ def eligibility(
     """
     gates = _GENTYPE_GATES[gentype]  # the one place text and image part ways
     cols = gates.columns(wk, rq)
-    sets = _model_sets(wk, rq, cols.worker_rows, vocabulary_size)
+    sets = _model_sets(wk, rq, cols.worker_rows)
     flags = _flag_tables(wk, cols, gates)
-    shared = _shared_groups(wk, cols, sets, flags, vocabulary_size)
+    shared = _shared_groups(wk, cols, sets, flags)
     special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
     # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
-    w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
-    classes = (w_class, len(class_first)) if with_competition else None
+    w_class, class_first = _take_classes(wk, cols, sets)
     found = _special_sums(
-        wk, rq, cols, sets, flags, special, excluded, shared.w_values, classes,
+        wk, rq, cols, sets, flags, special, excluded, shared.w_values,
         # might_stall and the forecasts read special rows' workers again (row_words)
         keep_workers=every_request_special or with_competition,
     )
@@ -165,6 +179,24 @@ def eligibility(
         worker_rows=cols.worker_rows,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
+
+
+def _take_classes(wk: WorkerArrays, cols: GateColumns, sets: ModelSets) -> tuple[np.ndarray, np.ndarray]:
+    """Each usable worker's take class, (worker set, kind), and a worker of each class.
+
+    Classes are numbered by their set's smallest model: the classes holding a
+    model then sit close together, so the OR over a model key's classes
+    (:func:`vecsched.core.groups.or_rows_dense`) touches few runs of eight.
+    """
+    w_class, class_first = factorize_rows(sets.w_set, *cols.w_kind)
+    lists = wk.models.take(cols.worker_rows[class_first])
+    smallest = np.full(len(class_first), -1, dtype=np.int64)
+    held = lists.lengths > 0
+    smallest[held] = np.minimum.reduceat(lists.values.astype(np.int64), lists.offsets[:-1][held])
+    order = np.lexsort((sets.w_set[class_first], smallest))
+    renumber = np.empty_like(order)
+    renumber[order] = np.arange(len(order))
+    return renumber[w_class], class_first[order]
 
 
 # -- step 1: the gate inputs of one gentype, as small-integer columns ---------------------
@@ -282,23 +314,34 @@ _GENTYPE_GATES = {
 
 @dataclass(frozen=True)
 class ModelSets:
-    """Distinct model sets of the requests and of the usable workers, and which overlap."""
+    """Distinct model sets of the requests and of the usable workers, and which workers each overlaps."""
 
     r_set: np.ndarray  # each request's set
     r_set_first: np.ndarray  # a request of each set
     w_set: np.ndarray  # each usable worker's set
     w_set_first: np.ndarray
-    overlap: np.ndarray  # [request set, worker set]
     set_models: ListColumn  # distinct models of each request set
+    worker_words: np.ndarray  # [request set]: the usable workers of overlapping sets, packed
 
 
-def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray, vocabulary_size: int) -> ModelSets:
-    r_codes, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
+def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray) -> ModelSets:
+    _, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
     _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
-    overlap = overlap_matrix(rq.models.take(r_first), wk.models.take(worker_rows[w_first]), vocabulary_size)
-    overlap[r_codes == 0, :] = True  # a request naming no model takes any
-    # Repeats inside a request's list removed.
-    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, overlap, _distinct_models(rq.models.take(r_first)))
+    set_models = _distinct_models(rq.models.take(r_first))  # repeats inside a request's list removed
+    w_lists = wk.models.take(worker_rows)
+    worker_words = _overlap_words(set_models, w_lists)
+    return ModelSets(r_set.ravel(), r_first, w_set.ravel(), w_first, set_models, worker_words)
+
+
+def _overlap_words(set_models: ListColumn, lists: ListColumn) -> np.ndarray:
+    """Per request set, the ``lists`` it overlaps (packed): the OR of one row per model it names.
+
+    A request naming no model takes any.
+    """
+    n_values = 1 + max([0] + [int(v.max()) for v in (set_models.values, lists.values) if len(v)])
+    words = or_by_lists(set_models, holders(lists, n_values))
+    words[set_models.lengths == 0] = pack_words(np.ones((1, len(lists)), dtype=bool))
+    return words
 
 
 # -- step 3: flag combinations and the flag gates -----------------------------------------
@@ -343,32 +386,52 @@ class SharedGroups:
     g_fast: np.ndarray  # the group keeps to workers passing the speed gate
     sums: np.ndarray  # (groups, 3): workers, threads, speed * threads
     w_values: np.ndarray  # (usable workers, 3): what the sums add up
+    # [variant, request flags]: the usable workers passing passes_base (0) or fast_base (1), packed.
+    flag_words: np.ndarray
+    worker_words: np.ndarray  # ModelSets.worker_words: per request set
 
     @property
     def n(self) -> int:
         return len(self.g_set)
 
+    def words(self, groups: np.ndarray, variant: np.ndarray) -> np.ndarray:
+        """The eligible usable workers of ``groups`` (packed): model overlap AND the flag gates."""
+        return self.worker_words[self.g_set[groups]] & self.flag_words[variant, self.g_flags[groups]]
 
-def _shared_groups(
-    wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: FlagTables, vocabulary_size: int
-) -> SharedGroups:
+
+def _packed_columns(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
+    """``table[:, worker_column]`` packed (:func:`pack_words`), a block of rows at a time."""
+    step = max(1, BLOCK_ELEMENTS // max(len(worker_column), 1))
+    blocks = range(0, max(len(table), 1), step)
+    return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
+
+
+def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: FlagTables) -> SharedGroups:
     group_of, group_first = factorize_rows(sets.r_set, flags.r_flags)
     g_set, g_flags = sets.r_set[group_first], flags.r_flags[group_first]
     wr = cols.worker_rows
     threads = wk.threads[wr].astype(np.float64)
     w_values = np.stack([np.ones(len(wr)), threads, wk.speed[wr] * wk.threads[wr]], axis=1)
+    flag_words = np.stack([_packed_columns(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
+    groups = SharedGroups(group_of, g_set, g_flags, np.zeros(0, bool), np.zeros((0, 3)), w_values, flag_words, sets.worker_words)
+    every = np.arange(groups.n)
 
-    def sums(table: np.ndarray) -> np.ndarray:
-        return _group_sums(
-            sets.overlap, sets.w_set, flags.w_flags, w_values, table, g_set, g_flags, sets.set_models, vocabulary_size
-        )
+    def sums(variant: int) -> np.ndarray:
+        # The eligible workers of each group, packed; alike rows (groups whose
+        # flags pass the same workers) are summed once.
+        words = groups.words(every, np.full(groups.n, variant))
+        codes, first = row_codes(words)
+        return bit_sums(words[first], w_values)[codes]
 
-    sums_other = sums(flags.passes_base)
+    sums_other = sums(0)
     # Where no speed gate applies, the fast sums are the same sums.
-    sums_fast = sums_other if flags.speed_ok.all() else sums(flags.fast_base)
+    sums_fast = sums_other if flags.speed_ok.all() else sums(1)
     # A chat request keeps to fast workers unless none passes its other gates.
     g_fast = ~flags.chat[g_flags] | (sums_fast[:, 0] > 0)
-    return SharedGroups(group_of, g_set, g_flags, g_fast, np.where(g_fast[:, None], sums_fast, sums_other), w_values)
+    return SharedGroups(
+        group_of, g_set, g_flags, g_fast, np.where(g_fast[:, None], sums_fast, sums_other), w_values, flag_words,
+        sets.worker_words,
+    )
 
 
 # -- step 5: special groups (targeting, maintenance owners, excluded pairs) ---------------
@@ -433,7 +496,19 @@ class SpecialSums:
 
     sums: np.ndarray  # (special groups, 3)
     workers: np.ndarray | None  # (special groups, usable workers) with every_request_special
-    present: np.ndarray  # special group * n_class + take class, for each class among its workers
+    blocks: list[tuple[np.ndarray, np.ndarray]]  # (groups, the worker columns read for them)
+
+    def present(self, w_class: np.ndarray, n_class: int) -> np.ndarray:
+        """``group * n_class + class`` for each take class among each group's eligible workers.
+
+        Read from the kept workers a block at a time, over the columns the
+        block was evaluated on; only takeable rows need it, so it waits for them.
+        """
+        parts = [np.zeros(0, dtype=np.int64)]
+        for groups, columns in self.blocks:
+            final = self.workers[groups] if len(columns) == self.workers.shape[1] else self.workers[np.ix_(groups, columns)]
+            parts.append(_classes_present(final, groups, w_class[columns], n_class))
+        return np.concatenate(parts)
 
 
 def _special_sums(
@@ -445,38 +520,48 @@ def _special_sums(
     special: SpecialGroups,
     excluded: tuple[np.ndarray, np.ndarray],
     w_values: np.ndarray,
-    classes: tuple[np.ndarray, int] | None,
     keep_workers: bool,
 ) -> SpecialSums:
-    """``classes`` is (each worker's take class, how many) when competition needs them."""
+    """The sums of each special group, evaluated a block of groups at a time."""
     nw, n_special = len(cols.worker_rows), special.n
     sums = np.zeros((n_special, 3))
     workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
-    present: list[np.ndarray] = []
+    blocks: list[tuple[np.ndarray, np.ndarray]] = []
     if n_special and nw:
         step = max(1, BLOCK_ELEMENTS // nw)
-        # Groups of alike model sets share a block, so that a block reads only
-        # the workers whose sets overlap one of its groups' (the others fail
-        # the model gate): cost follows the overlapping workers, not all.
-        by_set = np.argsort(sets.r_set[special.representative], kind="stable")
+        reps = special.representative
+        # A whitelisted group can take only its targets: its block reads those
+        # workers alone. Other groups of alike model sets share a block, so that
+        # a block reads only the workers whose sets overlap one of its groups'
+        # (the others fail the model gate): cost follows those workers, not all.
+        listed = (rq.targets.lengths[reps] > 0) & ~rq.blacklist[reps]
+        position = np.full(len(wk.ids) + 1, -1, dtype=np.int64)  # worker row -> usable worker, -1 -> -1
+        position[cols.worker_rows] = np.arange(nw)
         local = np.full(len(wk.ids), -1, dtype=np.int64)
-        for start in range(0, n_special, step):
-            sg = by_set[start : start + step]
-            reqs = special.representative[sg]
-            columns = np.flatnonzero(sets.overlap[sets.r_set[reqs]].any(axis=0)[sets.w_set])
-            if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
-                columns = np.arange(nw)
-            local[cols.worker_rows[columns]] = np.arange(len(columns))
-            final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
-            local[cols.worker_rows[columns]] = -1
-            sums[sg] = final.astype(np.float64) @ w_values[columns]
-            if workers is not None and len(columns) == nw:
-                workers[sg] = final
-            elif workers is not None:
-                workers[np.ix_(sg, columns)] = final
-            if classes is not None and len(columns):
-                present.append(_classes_present(final, sg, classes[0][columns], classes[1]))
-    return SpecialSums(sums, workers, np.concatenate(present) if present else np.zeros(0, np.int64))
+        for part in (np.flatnonzero(~listed), np.flatnonzero(listed)):
+            by_set = part[np.argsort(sets.r_set[reps[part]], kind="stable")]
+            for start in range(0, len(part), step):
+                sg = by_set[start : start + step]
+                reqs = reps[sg]
+                if listed[sg[0]]:
+                    columns = np.unique(position[rq.targets.take(reqs).values])
+                    columns = columns[columns >= 0]
+                else:
+                    reach = np.bitwise_or.reduce(sets.worker_words[sets.r_set[reqs]], axis=0)
+                    columns = np.flatnonzero(unpack_words(reach[None, :], nw)[0])
+                if 2 * len(columns) > nw:  # most workers: whole rows cost less than picking columns
+                    columns = np.arange(nw)
+                local[cols.worker_rows[columns]] = np.arange(len(columns))
+                final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
+                local[cols.worker_rows[columns]] = -1
+                sums[sg] = bit_sums(pack_words(final), w_values[columns])
+                if workers is not None and len(columns) == nw:
+                    workers[sg] = final
+                elif workers is not None:
+                    workers[np.ix_(sg, columns)] = final
+                if workers is not None and len(columns):
+                    blocks.append((sg, columns))
+    return SpecialSums(sums, workers, blocks)
 
 
 def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
@@ -505,17 +590,31 @@ def _special_block(
     ``local`` maps a worker row to its place in ``columns`` (-1 elsewhere).
     """
     wr = cols.worker_rows[columns]
-    w_set, w_flags = sets.w_set[columns], flags.w_flags[columns]
-    other = sets.overlap[sets.r_set[reqs]][:, w_set] & flags.passes[flags.r_flags[reqs]][:, w_flags]
-    owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
-    other &= ~wk.maintenance[wr] | (wk.user[wr] == owner[:, None])
+    w_flags = flags.w_flags[columns]
+    overlapping = unpack_words(sets.worker_words[sets.r_set[reqs]], len(cols.worker_rows))
+    if len(columns) < len(cols.worker_rows):
+        overlapping = overlapping[:, columns]
+    other = overlapping & flags.passes[flags.r_flags[reqs]][:, w_flags]
+    # Maintenance workers serve only their owner; they are few, so only their columns are read.
+    maintained = np.flatnonzero(wk.maintenance[wr])
+    if len(maintained):
+        owner = np.where(special.owns_maintenance[reqs], rq.user[reqs], -1)
+        other[:, maintained] &= wk.user[wr[maintained]] == owner[:, None]
     targeted = rq.targets.take(reqs)
     t_local = local[np.maximum(targeted.values, 0)]
     t_ok = (targeted.values >= 0) & (t_local >= 0)
-    mask = np.zeros_like(other)
-    mask[targeted.owners()[t_ok], t_local[t_ok]] = True
-    on_list = (targeted.lengths > 0)[:, None]
-    other &= ~on_list | np.where(rq.blacklist[reqs][:, None], ~mask, mask)
+    t_row, t_col = targeted.owners()[t_ok], t_local[t_ok]
+    # A blacklist clears its workers; a whitelist keeps its workers only.
+    blacklist = rq.blacklist[reqs]
+    on_black = blacklist[t_row]
+    other[t_row[on_black], t_col[on_black]] = False
+    white = np.flatnonzero((targeted.lengths > 0) & ~blacklist)
+    if len(white):
+        white_row = np.full(len(reqs), -1, dtype=np.int64)
+        white_row[white] = np.arange(len(white))
+        mask = np.zeros((len(white), len(columns)), dtype=bool)
+        mask[white_row[t_row[~on_black]], t_col[~on_black]] = True
+        other[white] &= mask
     ex_workers, ex_requests = excluded
     hit = np.isin(ex_requests, reqs)
     if hit.any():
@@ -523,6 +622,8 @@ def _special_block(
         ex_local = local[ex_workers[hit]]
         ok = ex_local >= 0
         other[row_of[ok], ex_local[ok]] = False
+    if flags.speed_ok.all():  # no speed gate (image)
+        return other
     fast = other & flags.speed_ok[flags.r_flags[reqs]][:, w_flags]
     # A chat request keeps to fast workers unless none passes its other gates.
     use_fast = ~cols.chat[reqs] | fast.any(axis=1)
@@ -548,21 +649,29 @@ def _takes(
     w_kind, w_kind_first = factorize_rows(*cols.w_kind)
     kinds_ok = gates.kind([c[r_kind_first] for c in cols.r_kind], [c[w_kind_first] for c in cols.w_kind])
     raw_sig, raw_sig_first = factorize_rows(sets.r_set, r_kind)
-    c_set, c_kind = sets.w_set[class_first], w_kind[class_first]
-    # can_take[s, c]: take class c could take signature s.
-    can_take = sets.overlap[np.ix_(sets.r_set[raw_sig_first], c_set)] & kinds_ok[np.ix_(r_kind[raw_sig_first], c_kind)]
-    merged_first, merged_of = unique_rows(pack_words(can_take))
-    class_rows = pack_words(np.ascontiguousarray(can_take[merged_first].T))  # class -> signatures
+    # can_take[s, c]: take class c could take signature s; packed over classes per request set
+    # (the overlap) and per request kind, ANDed per signature.
+    by_set = _overlap_words(sets.set_models, wk.models.take(cols.worker_rows[class_first]))
+    by_kind = _packed_columns(kinds_ok, w_kind[class_first])
+    can_take = by_set[sets.r_set[raw_sig_first]] & by_kind[r_kind[raw_sig_first]]
+    merged_of, merged_first = row_codes(can_take)
+    class_rows = transpose_words(can_take[merged_first], len(class_first))  # class -> signatures
 
-    def rows_of(class_rows: np.ndarray) -> np.ndarray:
+    def rows_of(class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         n_class, n_special = len(class_first), len(found.sums)
-        takeable = np.zeros((shared.n + n_special, class_rows.shape[1]), dtype=np.uint64)
+        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
+        shared_rows, special_rows = nothing[0], nothing[0]
+        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
         if shared.n and n_class:
-            takeable[: shared.n] = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
-        if len(found.present) and n_class:
-            pair = found.present  # (special group, class), deduplicated per block
-            takeable[shared.n :] = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-        return takeable
+            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+        pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
+        if len(pair):  # (special group, class), deduplicated per block
+            special_rows = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+            special_of = np.arange(n_special)
+        # Special rows often equal shared ones: one code over both.
+        codes, first = row_codes(np.concatenate([shared_rows, special_rows]))
+        both = np.concatenate([shared_rows, special_rows])[first]
+        return both, codes[np.r_[shared_of, special_of + len(shared_rows)]]
 
     return Takes(merged_of[raw_sig], len(merged_first), class_rows, w_class, rows_of)
 
@@ -576,14 +685,14 @@ def _shared_takeable(
     w_class: np.ndarray,
     class_first: np.ndarray,
     class_rows: np.ndarray,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Per shared group, the OR of the rows of the take classes among its eligible workers.
 
     present[g, c] = overlap[set of g, set of c] and some worker of class c
     passes g's flags. overlap(request set, class set) is an OR over the
     request's models, so a group's row is the OR over its models m of one row
     per (m, variant, flags) key: the classes holding m whose workers pass
-    those flags. A group naming one model reads a single key; one naming none
+    those flags (flags passing the same classes share keys). A group naming one model reads a single key; one naming none
     reads the key of "any model" (m = -1), which every class holds.
     """
     n_group, n_class = shared.n, len(class_first)
@@ -593,13 +702,50 @@ def _shared_takeable(
     named = np.repeat(np.arange(n_group), sizes)
     key_group = np.r_[named, np.flatnonzero(sizes == 0)]
     key_model = np.r_[sets.set_models.take(shared.g_set).values, np.full(int((sizes == 0).sum()), -1)]
-    key_of_pair, key_first = factorize_rows(key_model, variant[key_group], shared.g_flags[key_group])
+    # (variant, flags) passing the same classes give alike keys for every model: one code for them.
+    n_rflags = flags_by_class.shape[2]
+    passing_code, code_first = row_codes(pack_words(flags_by_class.transpose(0, 2, 1).reshape(2 * n_rflags, n_class)))
+    g_passing = passing_code[variant * n_rflags + shared.g_flags]
+    key_of_pair, key_first = factorize_rows(key_model, g_passing[key_group])
     k_model = key_model[key_first]
-    k_variant, k_flags = variant[key_group[key_first]], shared.g_flags[key_group[key_first]]
+    k_first = code_first[g_passing[key_group[key_first]]]  # a (variant, flags) of each key
     pair_key, pair_class = _classes_holding(wk, cols, class_first, k_model)
-    passing = flags_by_class[k_variant[pair_key], pair_class, k_flags[pair_key]]
+    passing = flags_by_class[k_first[pair_key] // n_rflags, pair_class, k_first[pair_key] % n_rflags]
     key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
-    return _or_rows_by_key(key_group, key_of_pair, key_rows, n_group)
+    key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
+    return _or_combinations(key_group, key_code[key_of_pair], key_rows[distinct_first], n_group)
+
+
+def _or_combinations(
+    key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, of)`` with ``distinct[of[k]]`` the OR of ``rows[source[i]]`` over the pairs with ``key[i] == k``.
+
+    A key of one source reads that row as it is (most groups name one model);
+    keys of several sources are ORed once per distinct set of sources.
+    """
+    n_rows = len(rows)
+    _, pair_first = factorize_rows(key, source)
+    key, source = key[pair_first], source[pair_first]  # repeats dropped
+    n_sources = np.bincount(key, minlength=n_keys)
+    of = np.full(n_keys, n_rows, dtype=np.int64)  # keys of no source read the zero row appended
+    one = n_sources[key] == 1
+    of[key[one]] = source[one]
+    several = ~one
+    order = np.argsort(key[several], kind="stable")
+    s_sorted = source[several][order]
+    multi = np.flatnonzero(n_sources > 1)
+    lists = ListColumn(np.r_[0, np.cumsum(n_sources[multi])].astype(np.int64), s_sorted)
+    combination, combination_first = factorize_rows(set_codes(lists, n_rows))
+    pair_owner = np.repeat(np.arange(len(multi)), n_sources[multi])
+    is_first = np.zeros(len(multi), dtype=bool)
+    is_first[combination_first] = True
+    keep = is_first[pair_owner]  # the pairs of one key per combination
+    ored = or_rows_by_pairs(combination[pair_owner[keep]], s_sorted[keep], rows, len(combination_first))
+    of[multi] = n_rows + 1 + combination
+    stacked = np.concatenate([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
+    codes, first = row_codes(stacked)
+    return stacked[first], codes[of]
 
 
 def _classes_holding(
@@ -625,88 +771,6 @@ def _classes_holding(
     return pair_key, pair_class
 
 
-def _group_sums(
-    overlap: np.ndarray,
-    w_set: np.ndarray,
-    w_flags: np.ndarray,
-    w_values: np.ndarray,
-    passes: np.ndarray,
-    g_set: np.ndarray,
-    g_flags: np.ndarray,
-    set_models: ListColumn,
-    n_models: int,
-) -> np.ndarray:
-    """Per group, the sums of ``w_values`` over workers passing both the model and flag gates.
-
-    Sums are first formed per (worker set, request flags) over the worker
-    declarations. A group naming no model then takes the total over worker
-    sets; a group naming one model takes that model's total (the worker sets
-    holding it), read from one product with the (model x worker set)
-    incidence; only groups naming several models sum their overlap rows.
-    ``set_models`` lists the models of each request set (in ``g_set`` codes).
-    """
-    n_group, k = len(g_set), w_values.shape[1]
-    out = np.zeros((n_group, k))
-    if n_group == 0 or len(w_set) == 0:
-        return out
-    n_wsets = overlap.shape[1]
-    decl, decl_first = factorize_rows(w_set, w_flags)
-    decl_values = np.zeros((len(decl_first), k))
-    _add_rows(decl_values, decl, w_values)
-    d_set, d_flags = w_set[decl_first], w_flags[decl_first]
-
-    size = set_models.lengths[g_set]
-    # The one model of each single-model request set, and a column per such model.
-    one_model = size == 1
-    only_model = set_models.values[set_models.offsets[:-1][g_set[one_model]]]
-    models_used, model_col = np.unique(only_model, return_inverse=True)
-    # incidence[m, s]: worker set s holds model models_used[m] (a request naming only m overlaps s).
-    incidence = overlap[_single_model_sets(set_models, models_used)] if len(models_used) else np.zeros((0, n_wsets), bool)
-    group_model = np.full(n_group, -1, dtype=np.int64)
-    group_model[one_model] = model_col.ravel()
-
-    used_flags, g_flag_col = np.unique(g_flags, return_inverse=True)
-    g_flag_col = g_flag_col.ravel()
-    step = max(1, BLOCK_ELEMENTS // max(n_wsets * k, 1))
-    for a in range(0, len(used_flags), step):
-        flags = used_flags[a : a + step]
-        # per_set[s, j, f]: sum of value j over declarations of worker set s passing flags f.
-        passing = passes[np.ix_(flags, d_flags)].T.astype(np.float64)
-        per_set = np.zeros((n_wsets, k, len(flags)))
-        for j in range(k):
-            _add_rows(per_set[:, j, :], d_set, passing * decl_values[:, j : j + 1])
-        mine = np.flatnonzero((g_flag_col >= a) & (g_flag_col < a + len(flags)))
-        col = g_flag_col[mine] - a
-        any_model = size[mine] == 0
-        out[mine[any_model]] = per_set.sum(axis=0)[:, col[any_model]].T
-        one = group_model[mine] >= 0
-        if one.any():
-            per_model = (incidence.astype(np.float64) @ per_set.reshape(n_wsets, -1)).reshape(len(models_used), k, len(flags))
-            out[mine[one]] = per_model[group_model[mine[one]], :, col[one]]
-        # Groups naming several models: their overlap rows times the worker-set
-        # sums of their flags, one product per flag combination.
-        several = mine[size[mine] > 1]
-        several = several[np.argsort(g_flag_col[several], kind="stable")]
-        flag_of = g_flag_col[several]
-        bounds = np.flatnonzero(np.r_[True, flag_of[1:] != flag_of[:-1], True]) if len(several) else []
-        rows_per_block = max(1, BLOCK_ELEMENTS // max(n_wsets, 1))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            sums_by_set = per_set[:, :, flag_of[lo] - a]  # (worker sets, k)
-            for b in range(lo, hi, rows_per_block):
-                rows = several[b : min(b + rows_per_block, hi)]
-                out[rows] = overlap[g_set[rows]].astype(np.float64) @ sums_by_set
-    return out
-
-
-def _single_model_sets(set_models: ListColumn, models: np.ndarray) -> np.ndarray:
-    """For each model, a request set (row of ``set_models``) that names exactly that model."""
-    sizes = set_models.lengths
-    rows = np.flatnonzero(sizes == 1)
-    only = set_models.values[set_models.offsets[:-1][rows]]
-    order = np.argsort(only, kind="stable")
-    return rows[order][np.searchsorted(only[order], models)]
-
-
 def _distinct_models(lists: ListColumn) -> ListColumn:
     """Each list without repeats (sorted)."""
     owners = lists.owners()
@@ -717,14 +781,6 @@ def _distinct_models(lists: ListColumn) -> ListColumn:
     owners, values = owners[keep], values[keep]
     offsets = np.r_[0, np.cumsum(np.bincount(owners, minlength=len(lists)))].astype(np.int64)
     return ListColumn(offsets, values)
-
-
-def _add_rows(out: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
-    """``out[index] += values`` row-wise, for large inputs (sorted segment sums)."""
-    order = np.argsort(index, kind="stable")
-    index, values = index[order], values[order]
-    starts = np.flatnonzero(np.r_[True, index[1:] != index[:-1]])
-    out[index[starts]] += np.add.reduceat(values, starts, axis=0)
 
 
 def _flags_by_class(
@@ -801,37 +857,24 @@ def _row_words(
     """The eligible workers of result rows as :func:`pack_words` rows, on demand.
 
     A shared row's workers are its model overlap AND its flag table row (the
-    very tables its sums add over), each packed once per request set and per
-    (request flags, speed variant), so a row costs a few words; a special
+    very packed tables its sums add over, :meth:`SharedGroups.words`), so a
+    row costs a few words; a special
     row's are its representative evaluated by :func:`_special_block`, unless
     kept already. Nothing is evaluated until called.
     """
-    packed: list[tuple[np.ndarray, np.ndarray]] = []
     local = np.full(len(wk.ids), -1, dtype=np.int64)
     local[cols.worker_rows] = np.arange(len(cols.worker_rows))
     nw = len(cols.worker_rows)
     step = max(1, BLOCK_ELEMENTS // max(nw, 1))
-
-    def per_worker(table: np.ndarray, worker_column: np.ndarray) -> np.ndarray:
-        """``table[:, worker_column]`` packed, a block of rows at a time."""
-        blocks = range(0, max(len(table), 1), step)
-        return np.concatenate([pack_words(table[a : a + step][:, worker_column]) for a in blocks])
-
-    def tables() -> tuple[np.ndarray, np.ndarray]:
-        if not packed:
-            by_flags = np.stack([per_worker(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
-            packed.append((per_worker(sets.overlap, sets.w_set), by_flags))
-        return packed[0]
 
     def words(rows: np.ndarray) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros((len(rows), -(-max(nw, 1) // 64)), dtype=np.uint64)
         mine = np.flatnonzero(rows < shared.n)
         if len(mine):
-            by_set, by_flags = tables()
             group = rows[mine]
             variant = shared.g_fast[group].astype(np.int64)  # 0: every gate but speed, 1: speed too
-            out[mine] = by_set[shared.g_set[group]] & by_flags[variant, shared.g_flags[group]]
+            out[mine] = shared.words(group, variant)
         mine = np.flatnonzero(rows >= shared.n)
         for a in range(0, len(mine) if nw else 0, step):
             at = mine[a : a + step]

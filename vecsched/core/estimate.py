@@ -25,7 +25,6 @@ from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
 from vecsched.core.stall import stall, stall_columns
 from vecsched.core.threads import blas_threads
-from vecsched.core.groups import unique_rows
 from vecsched.snapshot.snapshot import Snapshot
 
 class _Stages:
@@ -78,8 +77,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         with stages("eligibility"):
             # might_stall needs what each group could take, image included.
             elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), True)
-            if aware:  # competition reads every row's takeable signatures; might_stall alone reads them later
-                _ = elig.competition.takeable
+            if aware:  # competition reads the distinct takeable rows; might_stall alone reads them per row later
+                _ = elig.competition.distinct_takeable
         groups.update(
             {
                 f"{name}_request_groups": elig.n_groups,
@@ -228,10 +227,9 @@ def _competition(batch: _Batch, mine: np.ndarray, elig: Eligibility, groups: dic
     eligible = np.flatnonzero(elig.threads > 0)
     # Requests whose eligible workers could take the same signatures compete
     # alike; rows are deduplicated per group, never per request.
-    used_rows, row_of_request = np.unique(elig.row[eligible], return_inverse=True)
-    first, class_of_row = unique_rows(takes.takeable[used_rows])
-    class_takeable = takes.takeable[used_rows[first]]
-    klass = class_of_row[row_of_request.ravel()]
+    distinct, of = takes.distinct_takeable
+    used, klass = np.unique(of[elig.row[eligible]], return_inverse=True)
+    class_takeable = distinct[used]
     groups[f"{name}_signatures"] = takes.n_signatures
     groups[f"{name}_competition_classes"] = len(class_takeable)
     count, jobs, work = competition(

@@ -172,11 +172,17 @@ def unique_rows(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
+# Keys with at most this many sources each are ORed source by source (or_rows_by_pairs).
+FEW_SOURCES = 16
+
+
 def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``, pair by pair.
 
-    The pairs sorted by key, one OR reduction per key over its sources' rows:
-    cost (and memory) follow pairs x words, whatever the number of sources.
+    The pairs sorted by key; where keys have at most :data:`FEW_SOURCES`
+    sources each, the j-th source of every key is ORed in for each j, else one
+    OR reduction per key over its gathered rows: cost follows pairs x words,
+    whatever the number of sources.
     Where keys have a few sources each among many (groups ORing their model
     keys' rows), this beats :func:`or_rows_dense`, whose cost follows the
     runs of eight sources.
@@ -192,9 +198,18 @@ def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_ke
     if len(key) == 0:
         return out
     order = np.argsort(key, kind="stable")
-    sorted_keys = key[order]
+    sorted_keys, sorted_sources = key[order], source[order]
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
-    out[sorted_keys[starts]] = np.bitwise_or.reduceat(rows[source[order]], starts, axis=0)
+    counts = np.diff(np.r_[starts, len(key)])
+    if counts.max() > FEW_SOURCES:
+        out[sorted_keys[starts]] = np.bitwise_or.reduceat(rows[sorted_sources], starts, axis=0)
+        return out
+    # Few sources per key: OR the j-th source of every key having one, for each j,
+    # without gathering every pair's row into one temporary first.
+    out[sorted_keys[starts]] = rows[sorted_sources[starts]]
+    for j in range(1, int(counts.max())):
+        has = starts[counts > j]
+        out[sorted_keys[has]] |= rows[sorted_sources[has + j]]
     return out
 
 
@@ -245,3 +260,127 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
                 using = users[(bits[users] >> b) & 1 == 1]
                 out[using] |= eight[b]
     return out[same.ravel()]
+
+
+def holders(lists: ListColumn, n_values: int) -> np.ndarray:
+    """``out[v]``: which lists hold value ``v``, as :func:`pack_words` rows (``n_values`` rows)."""
+    held = np.zeros((n_values, len(lists)), dtype=bool)
+    held[lists.values.astype(np.int64), lists.owners()] = True
+    return pack_words(held)
+
+
+def or_by_lists(lists: ListColumn, rows: np.ndarray) -> np.ndarray:
+    """``out[i]`` = OR of ``rows[v]`` over the values ``v`` of list ``i`` (zero for an empty list).
+
+    With ``rows = holders(right, ...)`` this is the overlap of each list of
+    ``lists`` with each list of ``right``, packed: a request set overlaps a
+    worker set when one of its models is held there. Cost: list entries x
+    words, where :func:`overlap_matrix` pays lists x lists.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from vecsched.snapshot.lists import ListColumn
+    >>> lists = ListColumn(np.array([0, 2, 2, 3]), np.array([0, 2, 1]))
+    >>> rows = np.array([[1], [2], [4]], dtype=np.uint64)
+    >>> or_by_lists(lists, rows).ravel().tolist()
+    [5, 0, 2]
+    """
+    return or_rows_by_pairs(lists.owners(), lists.values.astype(np.int64), rows, len(lists))
+
+
+def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``out[i, j]`` = sum of ``values[b, j]`` over the bits ``b`` set in ``words[i]`` (:func:`pack_words` rows).
+
+    Column 0 of ``values`` must be all ones: it is answered by counting bits.
+    The others read, per byte of a row, a table of the 256 subset sums of its
+    eight bits' values: one lookup per eight bits instead of a multiply-add
+    per bit. Sums of integers stay exact in float64 below 2**53; other sums
+    differ from a sequential sum by rounding only.
+    """
+    n_rows, n_words = words.shape
+    n_bits, k = values.shape
+    out = np.zeros((n_rows, k))
+    if n_rows == 0 or n_words == 0:
+        return out
+    out[:, 0] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    n_bytes = n_words * 8
+    padded = np.zeros((n_bytes * 8, k - 1))
+    padded[:n_bits] = values[:, 1:]
+    per_bit = padded.reshape(n_bytes, 8, k - 1)
+    # table[byte, v]: the sum of the values of the bits v sets; packbits puts column 8j + b at bit 7 - b.
+    table = np.zeros((k - 1, n_bytes, 256))
+    for bit in range(8):
+        table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, 7 - bit, :].T[:, :, None]
+    flat = table.reshape(k - 1, -1)
+    offset = (np.arange(n_bytes, dtype=np.int32) * 256)[None, :]
+    as_bytes = words.view(np.uint8)
+    step = max(1, (1 << 20) // n_bytes)
+    for a in range(0, n_rows, step):
+        index = as_bytes[a : a + step] + offset  # int32
+        for j in range(1, k):
+            out[a : a + step, j] = np.take(flat[j - 1], index).sum(axis=1)
+    return out
+
+
+def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, first)`` as :func:`factorize_rows` gives for the rows of packed words (uint64).
+
+    Rows are hashed (:func:`_row_hashes`) and the hashes factorized; every
+    row is then compared with the first row of its code, and on any collision the rows are sorted
+    instead, so the codes are exact whatever the hash does.
+    """
+    n = len(words)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    hashes = _row_hashes(words)
+    codes, first = factorize_rows(*hashes)
+    copies = np.flatnonzero(first[codes] != np.arange(n))  # a first row equals itself
+    if np.array_equal(words[copies], words[first[codes[copies]]]):
+        return codes, first
+    _, inverse = np.unique(
+        np.ascontiguousarray(words).view(np.dtype((np.void, words.shape[1] * words.itemsize))).ravel(),
+        return_inverse=True,
+    )
+    return factorize_rows(inverse.ravel())
+
+
+def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
+    """A 64-bit hash per row: the sum of each word, its high half folded in, times a random odd key.
+
+    Folding lets two rows that differ only in the top bits of two words
+    still differ after the multiplication; collisions are caught by the
+    caller's comparison anyway.
+    """
+    n, n_words = words.shape
+    keys = np.random.default_rng(0xC0DE5).integers(1, 2**63, size=n_words, dtype=np.int64).view(np.uint64)
+    keys |= np.uint64(1)
+    h = np.zeros(n, dtype=np.uint64)
+    step = max(1, (1 << 21) // max(n_words, 1))
+    for a in range(0, n, step):
+        block = words[a : a + step]
+        h[a : a + step] = ((block ^ (block >> np.uint64(29))) * keys).sum(axis=1, dtype=np.uint64)
+    return [h.view(np.int64)]
+
+
+def transpose_words(words: np.ndarray, n_cols: int) -> np.ndarray:
+    """The :func:`pack_words` rows of the transpose of the ``n_cols``-column bit matrix ``words`` packs.
+
+    A block of 512 rows at a time is unpacked, transposed while small enough
+    to stay in cache and packed again: a whole-matrix transposed copy of the
+    unpacked bits is several times slower.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = np.array([[True, False, True], [False, False, True]])
+    >>> unpack_words(transpose_words(pack_words(m), 3), 2).tolist()
+    [[True, False], [False, False], [True, True]]
+    """
+    n_rows = len(words)
+    out = np.zeros((n_cols, -(-max(n_rows, 1) // 64) * 8), dtype=np.uint8)
+    step = 512  # a multiple of 8: each block fills whole bytes of the output
+    for a in range(0, n_rows, step):
+        block = np.packbits(np.ascontiguousarray(unpack_words(words[a : a + step], n_cols).T), axis=1)
+        out[:, a // 8 : a // 8 + block.shape[1]] = block
+    return out.view(np.uint64)
