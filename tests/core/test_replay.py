@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -487,3 +488,24 @@ def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -
     off = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
     assert [off[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]  # text: off by default
 
+
+
+def test_served_at_once_copies_go_to_any_worker_offering_the_same_models_with_served_peers() -> None:
+    # A and B both offer model `m`; B's max_length (50) keeps it off the waiting requests (length 100),
+    # so only A serves `first` (3 jobs) and then `second`. `gone`, served at once by A, comes back at
+    # +150 s: pinned to A it waits for A and takes its turn (first: 0-100, 100-200, copy 200-300,
+    # first 300-400, second from 400); with served_peers B, idle, takes it at +150 and `second`
+    # starts at 300.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "gone",
+                "request_created": _t(-150), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-140), "assigned_work": 100}
+    short = dict(_worker("B", ["m"], speed=1.0), max_length=50)
+    doc = _doc([_worker("A", ["m"], speed=1.0), short],
+               [_request("first", ["m"], 400, n=3, length=100), _request("second", ["m"], 399, length=100)],
+               dispatches=[dispatch])
+    pinned = RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0,
+                               served_arrivals=(TEXT,), served_peers=())
+    got = _replay(doc, pinned)
+    assert (got["first"]["completion_p50"], got["second"]["start_p50"]) == (400.0, 400.0)
+    got = _replay(doc, replace(pinned, served_peers=(TEXT,)))
+    assert (got["first"]["completion_p50"], got["second"]["start_p50"]) == (300.0, 300.0)

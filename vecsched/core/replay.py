@@ -84,6 +84,7 @@ class ReplaySettings:
     prior_jobs: float = 3.0
     gap_cap: float = 10.0
     stall_margin: tuple[float, ...] = (800.0, 0.0)
+    served_peers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,28 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     return columns, worker[take]
 
 
+def _model_peers(snapshot: Any, worker_rows: np.ndarray) -> np.ndarray:
+    """Per worker of ``worker_rows``, a number shared by exactly the workers that offer the same models."""
+    models = snapshot.workers.models.take(worker_rows)
+    codes, names = pd.factorize(models.values)
+    offers = np.zeros((len(worker_rows), max(len(names), 1)), dtype=bool)
+    offers[models.owners(), codes] = True
+    return unique_rows(pack_words(offers))[1]
+
+
+def _served_sets(snapshot: Any, worker_rows: np.ndarray, masks: np.ndarray, served_worker: np.ndarray,
+                 peers: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The eligible sets with those of the served-at-once copies appended, and each copy's set.
+
+    One singleton set per worker that took such a request, or (``peers``) one
+    set per distinct model list, holding every worker that offers it.
+    """
+    n = masks.shape[1]
+    group = _model_peers(snapshot, worker_rows) if peers else np.arange(n)
+    extra = group[None, :] == np.arange(int(group.max(initial=-1)) + 1)[:, None]
+    return np.concatenate([masks, extra]), len(masks) + group[served_worker]
+
+
 def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
               set_of: np.ndarray, started: np.ndarray, settings: ReplaySettings, horizon: float,
               served: dict[str, np.ndarray] | None = None) -> _Queue:
@@ -413,8 +436,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
                                     snapshot.requests.id[mine], len(masks), settings, horizon,
                                     float(np.median(lives)) if len(lives) else 1200.0)
     if len(served_worker):
-        # One singleton set per worker that took such a request.
-        masks = np.concatenate([masks, np.eye(masks.shape[1], dtype=bool)])
+        masks, served["set_of"] = _served_sets(snapshot, worker_rows, masks, served_worker,
+                                               queue.gentype in settings.served_peers)
     speed, overhead = _measured_timing(snapshot, snapshot.workers.id[worker_rows], speed, queue.gentype, settings)
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
