@@ -85,6 +85,28 @@ class ReplaySettings:
     gap_cap: float = 10.0
     stall_margin: tuple[float, ...] = (800.0, 0.0)
     served_peers: tuple[int, ...] = ()
+    served_view: tuple[float, ...] = (0.4, 0.0)
+
+
+def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
+    """The settings of the second view of ``gentype`` (see ``ReplaySettings.served_view``), itself without one.
+
+    High-priority arrivals served at once are repeated and may go to any
+    worker offering the same models, and job durations are the measured ones
+    (the two go together: nominal text durations make up for the missing
+    arrivals, see "Why text keeps nominal job durations" in docs/replay.md).
+
+    Examples
+    --------
+    >>> v = served_view(ReplaySettings(), TEXT)
+    >>> TEXT in v.served_arrivals and TEXT in v.served_peers and TEXT in v.measured_timing, v.served_view
+    (True, ())
+    """
+    def plus(codes: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted({*codes, gentype}))
+
+    return replace(settings, served_arrivals=plus(settings.served_arrivals), served_peers=plus(settings.served_peers),
+                   measured_timing=plus(settings.measured_timing), served_view=())
 
 
 @dataclass(frozen=True)
@@ -475,6 +497,24 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
     return start >= inp.seconds_left[queue.rows] - margin / threads
 
 
+def _blended(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+             settings: ReplaySettings) -> ReplayResult:
+    """:func:`replay_gentype`, its p50s blended with the served view's by ``settings.served_view`` (stalls its own)."""
+    code = queue.gentype
+    weight = settings.served_view[code] if code < len(settings.served_view) else 0.0
+    result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
+    if weight <= 0:
+        return result
+    view = replay_gentype(snapshot, inp, queue, snap_rows, served_view(settings, code))
+
+    def blend(own: np.ndarray, other: np.ndarray) -> np.ndarray:
+        # Where the view has no p50 (no eligible thread: neither has; speed 0: unknown), this replay's stands.
+        return np.where(np.isnan(other), own, (1.0 - weight) * own + weight * other)
+
+    return ReplayResult(start=blend(result.start, view.start), completion=blend(result.completion, view.completion),
+                        stall=result.stall)
+
+
 def waiting_rows(snapshot: Any) -> np.ndarray:
     """Snapshot rows of the waiting requests, in the estimate's order (as :func:`request_arrays` takes them)."""
     r = snapshot.requests
@@ -516,7 +556,7 @@ class DispatchReplayV1:
         for queue in inp.queues:
             if len(queue.rows) == 0:
                 continue
-            result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
+            result = _blended(snapshot, inp, queue, snap_rows, settings)
             start[queue.rows], completion[queue.rows], stall[queue.rows] = result.start, result.completion, result.stall
         known = ~np.isnan(start)
         p90 = {}
