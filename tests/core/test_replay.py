@@ -32,8 +32,8 @@ def _replay_registered():
 
 NOW = "2026-11-29T12:00:00Z"
 def _settings(**changes: Any) -> RP.ReplaySettings:
-    """Replay settings without the served view (``served_view`` 0): the plain replay the scalar reference replays."""
-    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), **changes})
+    """Replay settings without the served and calm views (weights 0): the plain replay the scalar reference replays."""
+    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), **changes})
 
 
 PLAIN = _settings(arrival_window=0.0, poll=3.0, overhead=0.0)

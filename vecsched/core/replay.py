@@ -70,6 +70,19 @@ class ReplaySettings:
     is a predicted stall too (a start that close, resting on few threads, is
     one worker's departure or one burst away from missing; text only by
     default, see docs/replay.md). Start and completion p50s are unchanged.
+    ``served_peers``: the gentypes (codes) whose served-at-once copies (see
+    ``served_arrivals``) may go to any worker offering exactly the models of
+    the worker that took the original, not to that worker alone: the request's
+    gates are not in the snapshot, but its model is one of those.
+    ``served_view``: per gentype code, the weight of a second replay in the
+    start and completion p50s, ``(1 - w) * this replay + w * the view``: the
+    view has served-at-once arrivals on their model peers and measured timing
+    for that gentype (:func:`served_view`). Text 0.4 by default: the two err
+    in opposite directions (docs/replay.md, "Round 5"); 0: none.
+    ``calm_view``: per gentype code, the weight of a replay without repeated
+    arrivals (``arrival_window`` 0) in the same blend. Image 0.25 by default:
+    repeating the window is one draw of the future, and the calm one errs the
+    other way; 0: none. Stall predictions are always this replay's.
     """
 
     arrival_window: float = 150.0
@@ -86,6 +99,7 @@ class ReplaySettings:
     stall_margin: tuple[float, ...] = (800.0, 0.0)
     served_peers: tuple[int, ...] = ()
     served_view: tuple[float, ...] = (0.4, 0.0)
+    calm_view: tuple[float, ...] = (0.0, 0.25)
 
 
 def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
@@ -106,7 +120,17 @@ def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
         return tuple(sorted({*codes, gentype}))
 
     return replace(settings, served_arrivals=plus(settings.served_arrivals), served_peers=plus(settings.served_peers),
-                   measured_timing=plus(settings.measured_timing), served_view=())
+                   measured_timing=plus(settings.measured_timing), served_view=(), calm_view=())
+
+
+def _views(settings: ReplaySettings, gentype: int) -> list[tuple[float, ReplaySettings]]:
+    """The further replays blended into ``gentype``'s p50s: (weight, settings), weights > 0 only."""
+    def weight(of: tuple[float, ...]) -> float:
+        return of[gentype] if gentype < len(of) else 0.0
+
+    views = [(weight(settings.served_view), served_view(settings, gentype)),
+             (weight(settings.calm_view), replace(settings, arrival_window=0.0, served_view=(), calm_view=()))]
+    return [(w, v) for w, v in views if w > 0]
 
 
 @dataclass(frozen=True)
@@ -499,20 +523,15 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
 
 def _blended(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
              settings: ReplaySettings) -> ReplayResult:
-    """:func:`replay_gentype`, its p50s blended with the served view's by ``settings.served_view`` (stalls its own)."""
-    code = queue.gentype
-    weight = settings.served_view[code] if code < len(settings.served_view) else 0.0
+    """:func:`replay_gentype`, its p50s blended with its views' (:func:`_views`); stalls its own."""
     result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
-    if weight <= 0:
-        return result
-    view = replay_gentype(snapshot, inp, queue, snap_rows, served_view(settings, code))
-
-    def blend(own: np.ndarray, other: np.ndarray) -> np.ndarray:
-        # Where the view has no p50 (no eligible thread: neither has; speed 0: unknown), this replay's stands.
-        return np.where(np.isnan(other), own, (1.0 - weight) * own + weight * other)
-
-    return ReplayResult(start=blend(result.start, view.start), completion=blend(result.completion, view.completion),
-                        stall=result.stall)
+    start, completion = result.start, result.completion
+    for weight, view_settings in _views(settings, queue.gentype):
+        view = replay_gentype(snapshot, inp, queue, snap_rows, view_settings)
+        # Where a view has no p50 (no eligible thread: neither has; speed 0: unknown), this replay's stands.
+        start = start + weight * np.where(np.isnan(view.start), 0.0, view.start - result.start)
+        completion = completion + weight * np.where(np.isnan(view.completion), 0.0, view.completion - result.completion)
+    return ReplayResult(start=start, completion=completion, stall=result.stall)
 
 
 def waiting_rows(snapshot: Any) -> np.ndarray:
