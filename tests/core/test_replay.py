@@ -537,3 +537,18 @@ def test_text_p50s_blend_in_the_served_view_and_stalls_stay_the_replays() -> Non
     assert view["tail"]["predicted_stall"] and not own["tail"]["predicted_stall"]
     assert [got[r]["predicted_stall"] for r in got] == [own[r]["predicted_stall"] for r in got]
     assert RP.ReplaySettings().served_view[TEXT] == 0.4 and RP.ReplaySettings().served_view[IMAGE] == 0.0
+
+
+def test_p50s_blend_in_the_calm_view_without_repeated_arrivals() -> None:
+    # test_recent_arrivals_repeat_forward_and_age's horde with `vip`: repeating the window, new and
+    # tail start at 500 and 700 s (vip's copies jump ahead); without repeated arrivals (the calm
+    # view) at 400 and 500 s; a quarter of the calm view: 475 and 650 s.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100), _request("vip", ["m"], 10, length=100, priority=10_000)])
+    repeated = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0)
+    calm = _replay(doc, replace(repeated, arrival_window=0.0))
+    assert [calm[r]["start_p50"] for r in ("new", "tail")] == [400.0, 500.0]
+    got = _replay(doc, replace(repeated, calm_view=(0.25, 0.0)))
+    assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == pytest.approx([100.0, 475.0, 650.0])
+    assert RP.ReplaySettings().calm_view == (0.0, 0.25)  # image only by default
