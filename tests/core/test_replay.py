@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,12 @@ def _replay_registered():
 
 
 NOW = "2026-11-29T12:00:00Z"
-PLAIN = RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)
+def _settings(**changes: Any) -> RP.ReplaySettings:
+    """Replay settings without the served and calm views (weights 0): the plain replay the scalar reference replays."""
+    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), **changes})
+
+
+PLAIN = _settings(arrival_window=0.0, poll=3.0, overhead=0.0)
 
 
 def _t(seconds: float) -> str:
@@ -125,7 +131,7 @@ def test_a_start_within_the_stall_margin_of_expiry_is_a_stall_with_the_same_p50s
     assert [got[r]["predicted_stall"] for r in ("r1", "r2", "r3")] == [False, True, False]
     # A narrower margin, none, or only image's: r2 is no stall, and no p50 moves.
     for margin in ((400.0, 0.0), (0.0, 0.0), (0.0, 800.0)):
-        other = _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, stall_margin=margin))
+        other = _replay(doc, _settings(arrival_window=0.0, poll=3.0, overhead=0.0, stall_margin=margin))
         assert not any(other[r]["predicted_stall"] for r in other)
         assert all(other[r]["start_p50"] == got[r]["start_p50"] and other[r]["completion_p50"] == got[r]["completion_p50"]
                    for r in got)
@@ -139,14 +145,14 @@ def test_a_request_cancelled_ahead_frees_its_place_and_keeps_its_own_forecast() 
                [_request("r1", ["m"], 30), _request("r2", ["m"], 20), _request("r3", ["m"], 10)])
     plain = _replay(doc)
     assert [plain[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 200.0]
-    got = _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.01, 0.0)))
+    got = _replay(doc, _settings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.01, 0.0)))
     assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 100.0]
     assert not any(got[r]["predicted_stall"] for r in got)
     assert got["r3"]["completion_p50"] == 200.0 and got["r2"]["completion_p50"] >= 100.0
     # Image's hazard does not touch text; the calibration's hazard replaces the setting.
-    assert _replay(doc, RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.0, 0.01))) == plain
+    assert _replay(doc, _settings(arrival_window=0.0, poll=3.0, overhead=0.0, cancel_hazard=(0.0, 0.01))) == plain
     original = F.ESTIMATORS[RP.NAME]
-    F.register(RP.DispatchReplayV1(settings=RP.ReplaySettings(arrival_window=0.0, poll=3.0, overhead=0.0)))
+    F.register(RP.DispatchReplayV1(settings=_settings(arrival_window=0.0, poll=3.0, overhead=0.0)))
     try:
         est = vecsched.estimate(vecsched.load_snapshot(doc), calibration={RP.NAME: {"cancel_hazard": [0.01, 0.0]}})
     finally:
@@ -166,23 +172,23 @@ def test_recent_arrivals_repeat_forward_and_age() -> None:
                 _request("tail", ["m"], 50, length=100)])
     plain = _replay(doc)
     assert [plain[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]
-    repeated = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    repeated = _replay(doc, _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
     # Copies of `late` (+150 s), `new` (+200 s), `tail` (+250 s) all rank after the existing three.
     assert [repeated[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]
     # A high-priority arrival (`vip`, 10 s ago) jumps the queue, and so do its copies:
     # vip 0-100, late 100-300, vip's copy (arrived +290 s) 300-400, late 400-500,
     # new 500-600, vip's second copy (+590 s) 600-700, tail 700.
     doc["requests"].append(_request("vip", ["m"], 10, length=100, priority=10_000))
-    jumped = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    jumped = _replay(doc, _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
     assert jumped["vip"]["start_p50"] == 0.0
     assert [jumped[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 500.0, 700.0]
     assert jumped["late"]["completion_p50"] == 500.0
     # With upstream's aging (+5/s for every waiting request) the copies, 300 s late,
     # rank 1,500 lower: still ahead of priority 0, so nothing changes here ...
-    aged = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=5.0))
+    aged = _replay(doc, _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=5.0))
     assert [aged[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 500.0, 700.0]
     # ... but at 40/s (12,000 per window) they fall behind everything waiting now.
-    fast = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=40.0))
+    fast = _replay(doc, _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=40.0))
     assert [fast[r]["start_p50"] for r in ("late", "new", "tail")] == [100.0, 400.0, 500.0]
 
 
@@ -356,14 +362,14 @@ REPLAYS = settings(max_examples=150, deadline=None, suppress_health_check=[Healt
 @given(doc=hordes(max_workers=6, max_requests=12))
 def test_replay_equals_the_scalar_replay(doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=0.0, poll=2.0, overhead=0.5))
+    _check_against_reference(doc, _settings(arrival_window=0.0, poll=2.0, overhead=0.5))
 
 
 @REPLAYS
 @given(doc=hordes(max_workers=5, max_requests=10))
 def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0))
 
 
 @REPLAYS
@@ -371,7 +377,7 @@ def test_replay_with_repeated_arrivals_equals_the_scalar_replay(doc: dict) -> No
 def test_measured_timing_and_absent_workers_equal_the_scalar_replay(data: st.DataObject) -> None:
     doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
                                                     measured_timing=(TEXT, IMAGE), absent_after=120.0, gap_cap=10.0))
 
 
@@ -379,7 +385,7 @@ def test_measured_timing_and_absent_workers_equal_the_scalar_replay(data: st.Dat
 @given(doc=hordes(max_workers=5, max_requests=10))
 def test_cancellations_equal_the_scalar_replay(doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
                                                     cancel_hazard=(2e-3, 2e-3)))
 
 
@@ -397,7 +403,7 @@ def compiled_loop(monkeypatch: pytest.MonkeyPatch) -> None:
 @given(doc=hordes(max_workers=5, max_requests=10))
 def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: dict) -> None:
     note(json.dumps(doc))
-    _check_against_reference(doc, RP.ReplaySettings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
                                                     cancel_hazard=(2e-3, 2e-3)))
 
 
@@ -480,10 +486,69 @@ def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -
     doc = _doc([_worker("A", ["m"], speed=1.0)],
                [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
                 _request("tail", ["m"], 50, length=100)], dispatches=[dispatch])
-    on = RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0, served_arrivals=(TEXT,))
+    on = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0, served_arrivals=(TEXT,))
     got = _replay(doc, on)
     assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 400.0, 600.0]
     assert got["late"]["completion_p50"] == 400.0
-    off = _replay(doc, RP.ReplaySettings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
+    off = _replay(doc, _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0))
     assert [off[r]["start_p50"] for r in ("late", "new", "tail")] == [0.0, 300.0, 400.0]  # text: off by default
 
+
+
+def test_served_at_once_copies_go_to_any_worker_offering_the_same_models_with_served_peers() -> None:
+    # A and B both offer model `m`; B's max_length (50) keeps it off the waiting requests (length 100),
+    # so only A serves `first` (3 jobs) and then `second`. `gone`, served at once by A, comes back at
+    # +150 s: pinned to A it waits for A and takes its turn (first: 0-100, 100-200, copy 200-300,
+    # first 300-400, second from 400); with served_peers B, idle, takes it at +150 and `second`
+    # starts at 300.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "gone",
+                "request_created": _t(-150), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-140), "assigned_work": 100}
+    short = dict(_worker("B", ["m"], speed=1.0), max_length=50)
+    doc = _doc([_worker("A", ["m"], speed=1.0), short],
+               [_request("first", ["m"], 400, n=3, length=100), _request("second", ["m"], 399, length=100)],
+               dispatches=[dispatch])
+    pinned = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0,
+                               served_arrivals=(TEXT,), served_peers=())
+    got = _replay(doc, pinned)
+    assert (got["first"]["completion_p50"], got["second"]["start_p50"]) == (400.0, 400.0)
+    got = _replay(doc, replace(pinned, served_peers=(TEXT,)))
+    assert (got["first"]["completion_p50"], got["second"]["start_p50"]) == (300.0, 300.0)
+
+
+def test_text_p50s_blend_in_the_served_view_and_stalls_stay_the_replays() -> None:
+    # The doc of test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them: this
+    # replay (text: no served arrivals) starts new and tail at 300 and 400 s, the served view (the
+    # copies of `gone` go first) at 400 and 600 s; 0.4 of the view: 340 and 480 s.
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "gone",
+                "request_created": _t(-100), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-90), "assigned_work": 100}
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100, life=560.0)], dispatches=[dispatch])
+    plain = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0, stall_margin=(0.0, 0.0))
+    own, view = _replay(doc, plain), _replay(doc, RP.served_view(plain, TEXT))
+    assert [view[r]["start_p50"] for r in ("new", "tail")] == [400.0, 600.0]
+    got = _replay(doc, replace(plain, served_view=(0.4, 0.0)))
+    assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == pytest.approx([0.0, 340.0, 480.0])
+    assert got["new"]["completion_p50"] == pytest.approx(0.6 * own["new"]["completion_p50"]
+                                                         + 0.4 * view["new"]["completion_p50"])
+    # `tail` expires at +510 s: a stall in the view only, so not one here.
+    assert view["tail"]["predicted_stall"] and not own["tail"]["predicted_stall"]
+    assert [got[r]["predicted_stall"] for r in got] == [own[r]["predicted_stall"] for r in got]
+    assert RP.ReplaySettings().served_view[TEXT] == 0.4 and RP.ReplaySettings().served_view[IMAGE] == 0.0
+
+
+def test_p50s_blend_in_the_calm_view_without_repeated_arrivals() -> None:
+    # test_recent_arrivals_repeat_forward_and_age's horde with `vip`: repeating the window, new and
+    # tail start at 500 and 700 s (vip's copies jump ahead); without repeated arrivals (the calm
+    # view) at 400 and 500 s; a quarter of the calm view: 475 and 650 s.
+    doc = _doc([_worker("A", ["m"], speed=1.0)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100), _request("vip", ["m"], 10, length=100, priority=10_000)])
+    repeated = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0)
+    calm = _replay(doc, replace(repeated, arrival_window=0.0))
+    assert [calm[r]["start_p50"] for r in ("new", "tail")] == [400.0, 500.0]
+    got = _replay(doc, replace(repeated, calm_view=(0.25, 0.0)))
+    assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == pytest.approx([100.0, 475.0, 650.0])
+    assert RP.ReplaySettings().calm_view == (0.0, 0.25)  # image only by default

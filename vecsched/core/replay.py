@@ -70,6 +70,19 @@ class ReplaySettings:
     is a predicted stall too (a start that close, resting on few threads, is
     one worker's departure or one burst away from missing; text only by
     default, see docs/replay.md). Start and completion p50s are unchanged.
+    ``served_peers``: the gentypes (codes) whose served-at-once copies (see
+    ``served_arrivals``) may go to any worker offering exactly the models of
+    the worker that took the original, not to that worker alone: the request's
+    gates are not in the snapshot, but its model is one of those.
+    ``served_view``: per gentype code, the weight of a second replay in the
+    start and completion p50s, ``(1 - w) * this replay + w * the view``: the
+    view has served-at-once arrivals on their model peers and measured timing
+    for that gentype (:func:`served_view`). Text 0.4 by default: the two err
+    in opposite directions (docs/replay.md, "Round 5"); 0: none.
+    ``calm_view``: per gentype code, the weight of a replay without repeated
+    arrivals (``arrival_window`` 0) in the same blend. Image 0.25 by default:
+    repeating the window is one draw of the future, and the calm one errs the
+    other way; 0: none. Stall predictions are always this replay's.
     """
 
     arrival_window: float = 150.0
@@ -84,6 +97,40 @@ class ReplaySettings:
     prior_jobs: float = 3.0
     gap_cap: float = 10.0
     stall_margin: tuple[float, ...] = (800.0, 0.0)
+    served_peers: tuple[int, ...] = ()
+    served_view: tuple[float, ...] = (0.4, 0.0)
+    calm_view: tuple[float, ...] = (0.0, 0.25)
+
+
+def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
+    """The settings of the second view of ``gentype`` (see ``ReplaySettings.served_view``), itself without one.
+
+    High-priority arrivals served at once are repeated and may go to any
+    worker offering the same models, and job durations are the measured ones
+    (the two go together: nominal text durations make up for the missing
+    arrivals, see "Why text keeps nominal job durations" in docs/replay.md).
+
+    Examples
+    --------
+    >>> v = served_view(ReplaySettings(), TEXT)
+    >>> TEXT in v.served_arrivals and TEXT in v.served_peers and TEXT in v.measured_timing, v.served_view
+    (True, ())
+    """
+    def plus(codes: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted({*codes, gentype}))
+
+    return replace(settings, served_arrivals=plus(settings.served_arrivals), served_peers=plus(settings.served_peers),
+                   measured_timing=plus(settings.measured_timing), served_view=(), calm_view=())
+
+
+def _views(settings: ReplaySettings, gentype: int) -> list[tuple[float, ReplaySettings]]:
+    """The further replays blended into ``gentype``'s p50s: (weight, settings), weights > 0 only."""
+    def weight(of: tuple[float, ...]) -> float:
+        return of[gentype] if gentype < len(of) else 0.0
+
+    views = [(weight(settings.served_view), served_view(settings, gentype)),
+             (weight(settings.calm_view), replace(settings, arrival_window=0.0, served_view=(), calm_view=()))]
+    return [(w, v) for w, v in views if w > 0]
 
 
 @dataclass(frozen=True)
@@ -308,6 +355,28 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     return columns, worker[take]
 
 
+def _model_peers(snapshot: Any, worker_rows: np.ndarray) -> np.ndarray:
+    """Per worker of ``worker_rows``, a number shared by exactly the workers that offer the same models."""
+    models = snapshot.workers.models.take(worker_rows)
+    codes, names = pd.factorize(models.values)
+    offers = np.zeros((len(worker_rows), max(len(names), 1)), dtype=bool)
+    offers[models.owners(), codes] = True
+    return unique_rows(pack_words(offers))[1]
+
+
+def _served_sets(snapshot: Any, worker_rows: np.ndarray, masks: np.ndarray, served_worker: np.ndarray,
+                 peers: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The eligible sets with those of the served-at-once copies appended, and each copy's set.
+
+    One singleton set per worker that took such a request, or (``peers``) one
+    set per distinct model list, holding every worker that offers it.
+    """
+    n = masks.shape[1]
+    group = _model_peers(snapshot, worker_rows) if peers else np.arange(n)
+    extra = group[None, :] == np.arange(int(group.max(initial=-1)) + 1)[:, None]
+    return np.concatenate([masks, extra]), len(masks) + group[served_worker]
+
+
 def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
               set_of: np.ndarray, started: np.ndarray, settings: ReplaySettings, horizon: float,
               served: dict[str, np.ndarray] | None = None) -> _Queue:
@@ -413,8 +482,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
                                     snapshot.requests.id[mine], len(masks), settings, horizon,
                                     float(np.median(lives)) if len(lives) else 1200.0)
     if len(served_worker):
-        # One singleton set per worker that took such a request.
-        masks = np.concatenate([masks, np.eye(masks.shape[1], dtype=bool)])
+        masks, served["set_of"] = _served_sets(snapshot, worker_rows, masks, served_worker,
+                                               queue.gentype in settings.served_peers)
     speed, overhead = _measured_timing(snapshot, snapshot.workers.id[worker_rows], speed, queue.gentype, settings)
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
@@ -450,6 +519,19 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
     threads = np.maximum(inp.threads[queue.rows], 1).astype(np.float64)
     # A start at or past expiry is a stall already; the margin widens that by margin / threads.
     return start >= inp.seconds_left[queue.rows] - margin / threads
+
+
+def _blended(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+             settings: ReplaySettings) -> ReplayResult:
+    """:func:`replay_gentype`, its p50s blended with its views' (:func:`_views`); stalls its own."""
+    result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
+    start, completion = result.start, result.completion
+    for weight, view_settings in _views(settings, queue.gentype):
+        view = replay_gentype(snapshot, inp, queue, snap_rows, view_settings)
+        # Where a view has no p50 (no eligible thread: neither has; speed 0: unknown), this replay's stands.
+        start = start + weight * np.where(np.isnan(view.start), 0.0, view.start - result.start)
+        completion = completion + weight * np.where(np.isnan(view.completion), 0.0, view.completion - result.completion)
+    return ReplayResult(start=start, completion=completion, stall=result.stall)
 
 
 def waiting_rows(snapshot: Any) -> np.ndarray:
@@ -493,7 +575,7 @@ class DispatchReplayV1:
         for queue in inp.queues:
             if len(queue.rows) == 0:
                 continue
-            result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
+            result = _blended(snapshot, inp, queue, snap_rows, settings)
             start[queue.rows], completion[queue.rows], stall[queue.rows] = result.start, result.completion, result.stall
         known = ~np.isnan(start)
         p90 = {}
