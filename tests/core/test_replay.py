@@ -495,6 +495,22 @@ def test_requests_served_at_once_repeat_forward_on_the_worker_that_took_them() -
 
 
 
+def test_a_dispatch_of_a_request_still_waiting_in_the_other_gentype_is_not_served_at_once() -> None:
+    # `img` still waits (an image request); a dispatch of it by the text worker A, however odd,
+    # says nothing about text requests served at once, so text's replay is that without the dispatch.
+    image = {**_request("img", [], 100), "gentype": "image", "width": 64, "height": 64, "steps": 1}
+    image.pop("max_length")
+    dispatch = {"dispatch_id": "d", "worker_id": "A", "worker_state": "", "request_id": "img",
+                "request_created": _t(-100), "request_extra_priority": 10_000, "selected_from_priority_queue": False,
+                "priority_user_ids": [], "dispatched_at": _t(-90), "assigned_work": 100}
+    requests = [_request("late", ["m"], 150, n=3, length=100), image]
+    on = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=0.0, served_arrivals=(TEXT,))
+    with_dispatch = _replay(_doc([_worker("A", ["m"], speed=1.0)], requests, dispatches=[dispatch]), on)
+    without = _replay(_doc([_worker("A", ["m"], speed=1.0)], requests), on)
+    assert with_dispatch["late"] == without["late"]
+    assert with_dispatch["late"]["completion_p50"] == 300.0
+
+
 def test_served_at_once_copies_go_to_any_worker_offering_the_same_models_with_served_peers() -> None:
     # A and B both offer model `m`; B's max_length (50) keeps it off the waiting requests (length 100),
     # so only A serves `first` (3 jobs) and then `second`. `gone`, served at once by A, comes back at
