@@ -478,9 +478,8 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
     mine = snap_rows[rows]
     lives = snapshot.requests.expiry[mine] - snapshot.requests.created[mine]
-    # Every request the snapshot still holds waits, whatever its gentype: only the others were served at once.
     served, served_worker = _served(snapshot, queue.gentype, snapshot.workers.id[worker_rows],
-                                    snapshot.requests.id, len(masks), settings, horizon,
+                                    snapshot.requests.id[mine], len(masks), settings, horizon,
                                     float(np.median(lives)) if len(lives) else 1200.0)
     if len(served_worker):
         masks, served["set_of"] = _served_sets(snapshot, worker_rows, masks, served_worker,
