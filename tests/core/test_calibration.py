@@ -30,11 +30,9 @@ def _multiplicative(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nd
     return p50, np.maximum(observed, 0.0)
 
 
-def _p90(p50: np.ndarray, calibration: dict, *, threads: np.ndarray | None = None, gentype: int = TEXT,
-         phase: str = "start") -> np.ndarray:
+def _p90(p50: np.ndarray, calibration: dict, *, gentype: int = TEXT, phase: str = "start") -> np.ndarray:
     n = len(p50)
     return C.calibrated_p90(np.asarray(p50, dtype=np.float64), phase=phase, gentype=np.full(n, gentype),
-                            threads=np.zeros(n, dtype=np.int64) if threads is None else threads,
                             calibration=calibration)
 
 
@@ -87,9 +85,9 @@ def test_cells_back_off_from_p50_band_to_gentype_and_phase_to_provisional() -> N
                 660.0 * pooled - 60.0,   # band 300-900: 20 pairs, the gentype's
                 1060.0 * pooled - 60.0]  # no pairs from 900 s on: the gentype's
     assert _p90(ask, calibration).tolist() == pytest.approx(expected)
-    # Thread counts, in the pairs or asked with, change nothing: the cells are p50 bands.
+    # Thread counts in the pairs change nothing: the cells are p50 bands.
     threaded = {**calibration, "pairs": {**calibration["pairs"], "threads": np.r_[np.full(300, 8), np.full(120, 2)]}}
-    assert _p90(ask, threaded, threads=np.array([8, 2, 0, 30])).tolist() == pytest.approx(expected)
+    assert _p90(ask, threaded).tolist() == pytest.approx(expected)
     # Too few pairs for the gentype as a whole: provisional everywhere.
     assert _p90(ask, {**calibration, "min_pairs": 421}).tolist() == provisional_p90(ask).tolist()
     # No pairs for the gentype or the phase: the provisional margin.
@@ -125,6 +123,5 @@ def test_the_p90_is_never_below_the_p50(seed: int, n: int, spread: float, bias: 
     observed = np.maximum((p50 + 60.0) * np.exp(bias + spread * rng.standard_normal(n)) - 60.0, 0.0)
     threads = rng.integers(0, 30, n)
     ask = np.r_[rng.uniform(0.0, 3000.0, 50), 0.0, np.nan]
-    got = _p90(ask, {"pairs": _pairs(p50, observed, threads), "min_pairs": min_pairs, "level": level},
-               threads=rng.integers(0, 30, len(ask)))
+    got = _p90(ask, {"pairs": _pairs(p50, observed, threads), "min_pairs": min_pairs, "level": level})
     assert (got[:-1] >= ask[:-1]).all() and math.isnan(got[-1])

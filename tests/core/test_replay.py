@@ -434,7 +434,7 @@ def test_conformal_p90_covers_90_percent_where_the_provisional_margin_does_not(s
     calibration = {"pairs": _pairs(rng, 20_000), "min_pairs": 100, "level": 0.9}
     fresh = _pairs(rng, 20_000)
     gentype = np.full(len(fresh["p50"]), TEXT)
-    p90 = calibrated_p90(fresh["p50"], phase="start", gentype=gentype, threads=fresh["threads"], calibration=calibration)
+    p90 = calibrated_p90(fresh["p50"], phase="start", gentype=gentype, calibration=calibration)
     assert 0.87 <= _coverage(p90, fresh["observed"]) <= 0.93
     # Per p50 band too: the cells condition on the p50 (thread counts in the pairs are ignored).
     for low, high in ((0, 60), (60, 300), (300, 900), (900, 2000)):
@@ -451,15 +451,15 @@ def test_calibration_keeps_gentypes_and_phases_apart_and_falls_back() -> None:
     pairs = {k: np.asarray(v) for k, v in text_start.items()}
     p50 = np.array([100.0, 100.0, 100.0])
     gentype = np.array([TEXT, IMAGE, TEXT])
-    got = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]), calibration={"pairs": pairs})
+    got = calibrated_p90(p50, phase="start", gentype=gentype, calibration={"pairs": pairs})
     assert got[0] != 160.0 and got[1] == 160.0  # image: no pairs, provisional
-    completion = calibrated_p90(p50, phase="completion", gentype=gentype, threads=np.array([3, 3, 3]),
+    completion = calibrated_p90(p50, phase="completion", gentype=gentype,
                                 calibration={"pairs": pairs})
     assert completion.tolist() == [160.0, 160.0, 160.0]  # no completion pairs
-    scarce = calibrated_p90(p50, phase="start", gentype=gentype, threads=np.array([3, 3, 3]),
+    scarce = calibrated_p90(p50, phase="start", gentype=gentype,
                             calibration={"pairs": pairs, "min_pairs": 100_000})
     assert scarce.tolist() == [160.0, 160.0, 160.0]
-    assert calibrated_p90(p50, phase="start", gentype=gentype, threads=np.zeros(3), calibration=None).tolist() == [160.0] * 3
+    assert calibrated_p90(p50, phase="start", gentype=gentype, calibration=None).tolist() == [160.0] * 3
     assert math.isinf(conformal_quantile(np.zeros(5)))
 
 

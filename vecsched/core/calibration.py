@@ -110,13 +110,9 @@ def bound(p50: np.ndarray, q: float, offset: float = OFFSET_SECONDS) -> np.ndarr
 
 
 def calibrated_p90(
-    p50: np.ndarray, *, phase: str, gentype: np.ndarray, threads: np.ndarray | None = None,
-    calibration: Mapping[str, Any] | None,
+    p50: np.ndarray, *, phase: str, gentype: np.ndarray, calibration: Mapping[str, Any] | None,
 ) -> np.ndarray:
     """p90 seconds for each ``p50``: calibrated where enough pairs exist, else the provisional margin.
-
-    ``threads`` is accepted for the callers and not used (the cells are p50
-    bands; see the module docstring).
 
     Examples
     --------

@@ -580,8 +580,7 @@ class DispatchReplayV1:
         known = ~np.isnan(start)
         p90 = {}
         for phase, p50 in (("start", start), ("completion", completion)):
-            p90[phase] = calibrated_p90(p50, phase=phase, gentype=inp.gentype, threads=inp.threads,
-                                        calibration=calibration)
+            p90[phase] = calibrated_p90(p50, phase=phase, gentype=inp.gentype, calibration=calibration)
         stall = stall | ~known
         return Forecast(start, p90["start"], completion, p90["completion"], stall)
 
