@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecsched.core.eligibility import _classes_present
+from vecsched.testing.strategies import keyed_rows
 
 
 @settings(max_examples=200, deadline=None)
@@ -22,22 +23,12 @@ def test_classes_present_lists_each_class_among_each_groups_workers_once(n_group
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 12),
-    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=9),
-    st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8)), max_size=60),
-)
-def test_or_combinations_gives_each_keys_or_from_distinct_rows(n_keys, rows, pairs):
+@given(keyed_rows(max_keys=12, max_rows=9, max_pairs=60))
+def test_or_combinations_gives_each_keys_or_from_distinct_rows(case):
     from vecsched.core.eligibility import _or_combinations
     from vecsched.core.groups import pack_words, unpack_words
 
-    matrix = np.array(rows, dtype=bool)
-    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]
-    key = np.array([k for k, _ in pairs], dtype=np.int64)
-    source = np.array([s for _, s in pairs], dtype=np.int64)
-    want = np.zeros((n_keys, 70), dtype=bool)
-    for k, s in pairs:
-        want[k] |= matrix[s]
+    matrix, key, source, n_keys, want = case
     distinct, of = _or_combinations(key, source, pack_words(matrix), n_keys)
     np.testing.assert_array_equal(unpack_words(distinct, 70)[of], want)
     assert len({r.tobytes() for r in distinct}) == len(distinct)  # no two distinct rows alike

@@ -20,6 +20,7 @@ from vecsched.core.groups import (
     unique_rows,
     unpack_words,
 )
+from vecsched.testing.strategies import keyed_rows
 from vecsched.snapshot.snapshot import ListColumn
 
 small_lists = st.lists(st.lists(st.integers(0, 12), max_size=6), min_size=1, max_size=30)
@@ -79,19 +80,9 @@ def test_pack_words_round_trip_and_unique_rows(rows):
 
 
 @settings(max_examples=200)
-@given(
-    st.integers(1, 20),
-    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=19),
-    st.lists(st.tuples(st.integers(0, 19), st.integers(0, 18)), max_size=80),
-)
-def test_or_rows_dense_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
-    matrix = np.array(rows, dtype=bool)
-    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]  # repeats kept
-    key = np.array([k for k, _ in pairs], dtype=np.int64)
-    source = np.array([s for _, s in pairs], dtype=np.int64)
-    want = np.zeros((n_keys, matrix.shape[1]), dtype=bool)
-    for k, s in pairs:
-        want[k] |= matrix[s]
+@given(keyed_rows())
+def test_or_rows_dense_equals_the_or_of_each_keys_rows(case):
+    matrix, key, source, n_keys, want = case
     got = unpack_words(or_rows_dense(key, source, pack_words(matrix), n_keys), matrix.shape[1])
     np.testing.assert_array_equal(got, want)
 
@@ -111,19 +102,9 @@ def test_or_rows_dense_tabulates_busy_runs_and_ors_quiet_ones_alike():
 
 
 @settings(max_examples=200)
-@given(
-    st.integers(1, 20),
-    st.lists(st.lists(st.booleans(), min_size=70, max_size=70), min_size=1, max_size=19),
-    st.lists(st.tuples(st.integers(0, 19), st.integers(0, 18)), max_size=80),
-)
-def test_or_rows_by_pairs_equals_the_or_of_each_keys_rows(n_keys, rows, pairs):
-    matrix = np.array(rows, dtype=bool)
-    pairs = [(k, s) for k, s in pairs if k < n_keys and s < len(rows)]  # repeats kept, keys unsorted
-    key = np.array([k for k, _ in pairs], dtype=np.int64)
-    source = np.array([s for _, s in pairs], dtype=np.int64)
-    want = np.zeros((n_keys, matrix.shape[1]), dtype=bool)
-    for k, s in pairs:
-        want[k] |= matrix[s]
+@given(keyed_rows())
+def test_or_rows_by_pairs_equals_the_or_of_each_keys_rows(case):
+    matrix, key, source, n_keys, want = case
     got = unpack_words(or_rows_by_pairs(key, source, pack_words(matrix), n_keys), matrix.shape[1])
     np.testing.assert_array_equal(got, want)
 

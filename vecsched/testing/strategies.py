@@ -549,3 +549,26 @@ def stall_hordes(draw: st.DrawFn, max_workers: int = 5, max_requests: int = 8) -
     """A horde (:func:`hordes`) with a history (:func:`histories`)."""
     horde = draw(hordes(max_workers=max_workers, max_requests=max_requests))
     return draw(histories(horde))
+
+
+@st.composite
+def keyed_rows(draw: st.DrawFn, max_keys: int = 20, max_rows: int = 19, max_pairs: int = 80,
+               width: int = 70) -> tuple[Any, Any, Any, int, Any]:
+    """Rows and (key, source row) pairs for the OR-by-key kernels, with the brute-force answer.
+
+    Returns ``(matrix, key, source, n_keys, want)``: a bool ``matrix`` of
+    ``width`` columns, the pairs as two int64 arrays (repeats kept, keys
+    unsorted), and ``want[k]``, the OR of the rows paired with key ``k``.
+    """
+    import numpy as np
+
+    n_keys = draw(st.integers(1, max_keys))
+    rows = draw(st.lists(st.lists(st.booleans(), min_size=width, max_size=width), min_size=1, max_size=max_rows))
+    pairs = draw(st.lists(st.tuples(st.integers(0, n_keys - 1), st.integers(0, len(rows) - 1)), max_size=max_pairs))
+    matrix = np.array(rows, dtype=bool)
+    key = np.array([k for k, _ in pairs], dtype=np.int64)
+    source = np.array([s for _, s in pairs], dtype=np.int64)
+    want = np.zeros((n_keys, width), dtype=bool)
+    for k, s in pairs:
+        want[k] |= matrix[s]
+    return matrix, key, source, n_keys, want
