@@ -166,3 +166,16 @@ def test_sql_loader_is_unchanged_for_named_databases(tmp_path: Path) -> None:
     a = demo(T0 + 30)
     b = SQLLoader(engine)(T0 + 30)
     assert json.dumps(a.to_dict(), sort_keys=True) == json.dumps(b.to_dict(), sort_keys=True)
+
+
+def test_the_demo_queue_stays_a_few_hundred_requests_deep() -> None:
+    # The README promises a small living horde: after the twenty minutes a request may wait, the
+    # queue has stopped growing. (At the steady scenario's own load it holds about 6,000 by then.)
+    from sqlalchemy import create_engine
+
+    demo = DemoHorde(create_engine("sqlite://"), now=T0)
+    waiting = []
+    for minute in (10, 20, 30):
+        demo.sim.run_until(T0 + minute * 60)
+        waiting.append(sum(r.status == "waiting" for r in demo.sim.requests.values()))
+    assert all(0 < count < 1500 for count in waiting), waiting
