@@ -7,7 +7,7 @@ Usage::
 Each pair runs this tree's ``benchmarks/publish.py`` (same fake figures, same
 measurements) once with each tree's ``vecsched`` first on ``PYTHONPATH``, in
 turn, so both see the same load. Prints one JSON document: every run's
-bucketed-layout figures and, per figure, the median over runs and the ratio
+default-layout figures and, per figure, the median over runs and the ratio
 of the first tree's median to the second's.
 """
 
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-FIGURES = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_s")
+FIGURES = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_s", "redis_cpu_s", "build_s")
 
 
 def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
@@ -30,8 +30,8 @@ def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
     out = subprocess.run([sys.executable, str(script), "--requests", str(requests), "--rounds", str(rounds),
                           "--reads", str(reads)], env=env, check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
-    bucketed = {k: got[k]["bucketed"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
-    return {**bucketed, "status_read_ms": got["status_read_ms"]["bucketed"],
+    default = {k: got[k]["default"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
+    return {**default, "status_read_ms": got["status_read_ms"]["default"],
             "load_average": got["load_average"][0]}
 
 

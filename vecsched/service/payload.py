@@ -378,30 +378,6 @@ def copy_rows(matrix: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
         out.view(f"V{width}")[:, 0] = matrix.view(f"V{width}")[:, 0][rows]
 
 
-def nonzero_per_row(matrix: np.ndarray) -> np.ndarray:
-    """The non-NUL bytes of each row of a C-contiguous byte matrix, counted a word at a time when it can be.
-
-    Parameters
-    ----------
-    matrix : ndarray of uint8
-
-    Returns
-    -------
-    ndarray of int64
-
-    Examples
-    --------
-    >>> nonzero_per_row(np.array([[1, 0, 2, 0, 0, 0, 0, 3], [0] * 8], dtype=np.uint8)).tolist()
-    [3, 0]
-    """
-    words = matrix.shape[1] // 8
-    if matrix.shape[1] % 8 or words > 255 or not matrix.flags.c_contiguous:
-        return np.count_nonzero(matrix, axis=1).astype(np.int64)
-    # one byte lane per position in a word: each lane's count (at most `words`) stays below 256
-    lanes = (matrix != 0).view(np.uint64).sum(axis=1, dtype=np.uint64)
-    return lanes.view(np.uint8).reshape(-1, 8).sum(axis=1, dtype=np.int64)
-
-
 def _fill_left(region: np.ndarray, data: bytes, lengths: np.ndarray) -> None:
     """Texts ``data`` (back to back, ``lengths`` bytes each) left-aligned in the rows of ``region``, NUL-padded."""
     width = region.shape[1]
@@ -418,10 +394,10 @@ class PayloadRows(Sequence[str]):
     """A cycle's payloads as a sequence of str, formatted from the columns in bulk when read.
 
     ``payloads + more`` appends plain payload strings (the job's ended
-    requests). :meth:`write_rows` is the bulk path: any rows, in any order,
-    written into a NUL-padded byte matrix the caller owns (the bucketed Redis
-    layout puts each request's id and the wire framing beside them), without a
-    Python object per request.
+    requests). :meth:`write_run` is the bulk path: a run of rows, in row
+    order, written into a NUL-padded byte matrix the caller owns (the packed
+    Redis layout stores the rows so, NULs and all, and its reader drops them
+    from the one row it returns), without a Python object per request.
 
     Parameters
     ----------
@@ -439,21 +415,19 @@ class PayloadRows(Sequence[str]):
     >>> rows = PayloadRows(b"[", [_IntSlot(np.array([7, -12]), b"]")], 2, ["{}"])
     >>> list(rows), len(rows), rows[1], ["x"] + rows
     (['[7]', '[-12]', '{}'], 3, '[-12]', ['x', '[7]', '[-12]', '{}'])
-    >>> picked = np.array([2, 0])
-    >>> out = np.zeros((2, rows.width(picked)), dtype=np.uint8)
-    >>> rows.write_rows(picked, out)
+    >>> out = np.zeros((2, rows.row_width()), dtype=np.uint8)
+    >>> rows.write_run(1, 3, out)
     >>> out.tobytes().translate(None, b"\\0")
-    b'\\t{}\\t[7]'
+    b'\\t[-12]\\t{}'
     """
 
     def __init__(self, head: bytes, slots: list[Any], n: int, extra: Sequence[str] = ()):
         self.head, self.slots, self.n, self.extra = head, slots, n, list(extra)
-        self._extra = np.array(self.extra, dtype=object)
         self._extra_bytes = encode_texts(self.extra)[1]
-        # a tab before every payload: the bucketed layout's separator, and one to split on
+        # a tab before every payload: one to split on (tolist), and the first byte of a packed row
         self._head = np.frombuffer(b"\t" + head, dtype=np.uint8)
         self._starts = np.cumsum([len(self._head)] + [slot.width for slot in slots]).tolist()
-        self._width = -(-self._starts[-1] // 8) * 8  # a formatted row, padded: its NULs are counted a word at a time
+        self._width = self._starts[-1]
 
     def __len__(self) -> int:
         return self.n + len(self.extra)
@@ -499,45 +473,36 @@ class PayloadRows(Sequence[str]):
                         for start in range(0, self.n, _CHUNK_ROWS))
         return data.decode("ascii").split("\t")[1:] + self.extra
 
-    def width(self, rows: np.ndarray) -> int:
-        """Bytes per row that :meth:`write_rows` needs for rows ``rows`` (NULs included).
-
-        Parameters
-        ----------
-        rows : array of int
-            Row numbers (those past ``n`` are :attr:`extra`'s).
+    def row_width(self) -> int:
+        """Bytes per row that :meth:`write_run` writes: ``"\\tPAYLOAD"`` of the widest row, NULs included.
 
         Returns
         -------
         int
         """
-        longest_extra = self._extra_bytes[rows[rows >= self.n] - self.n].max(initial=-1)
-        return max(self._width if self.n else 0, 1 + int(longest_extra))
+        return max(self._width if self.n else 0, 1 + int(self._extra_bytes.max(initial=-1)))
 
-    def write_rows(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Write ``"\\\\tPAYLOAD"`` of each of rows ``rows`` into a row of ``out``, NUL-padded.
+    def write_run(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Write ``"\\tPAYLOAD"`` of rows ``start:stop`` into the rows of ``out``, NUL-padded.
 
         The NULs are anywhere in the row (each column is right-aligned in its
-        slot); a payload is its row without them.
+        slot); a payload is its row without them and without the tab.
 
         Parameters
         ----------
-        rows : array of int
-            Row numbers (those past ``n`` are :attr:`extra`'s), in the order wanted.
+        start, stop : int
+            The run of rows (those past ``n`` are :attr:`extra`'s).
         out : ndarray of uint8
-            ``(len(rows), w)`` with ``w >= width(rows)``; every byte is written.
+            ``(stop - start, w)``, C-contiguous, ``w >= row_width()``; every byte is written.
         """
-        extra = np.flatnonzero(rows >= self.n)
-        if self.n:
-            # extra rows take row 0 here, replaced below
-            copy_rows(self._formatted, np.minimum(rows, self.n - 1) if len(extra) else rows, out[:, : self._width])
-            out[:, self._width :] = 0
-        if len(extra):
-            data, lengths = encode_texts(self._extra[rows[extra] - self.n].tolist())
-            texts = np.empty((len(extra), out.shape[1]), dtype=np.uint8)
-            texts[:, 0] = ord("\t")
-            _fill_left(texts[:, 1:], data, lengths)
-            out[extra] = texts
+        own = max(0, min(stop, self.n) - start)
+        if own:
+            self._format(slice(start, start + own), out[:own, : self._width])
+            out[:own, self._width :] = 0
+        if own < stop - start:
+            data, lengths = encode_texts(self.extra[max(start, self.n) - self.n : stop - self.n])
+            out[own:, 0] = ord("\t")
+            _fill_left(out[own:, 1:], data, lengths)
 
     def _format(self, rows: slice | np.ndarray, out: np.ndarray) -> None:
         """Rows ``rows`` (formatted ones) into ``out`` straight from the columns."""
@@ -549,30 +514,13 @@ class PayloadRows(Sequence[str]):
     def _formatted(self) -> np.ndarray:
         """Every formatted row in its own order, a few thousand at a time: a NUL-padded byte matrix.
 
-        Formatting in bucket order instead reads each column at random, about
-        twice the time; the matrix's rows are gathered whole instead (150 bytes each).
+        For :meth:`tolist`; the packed layout formats a run at a time instead (:meth:`write_run`).
         """
         matrix = np.empty((self.n, self._width), dtype=np.uint8)
-        matrix[:, self._starts[-1] :] = 0
         for start in range(0, self.n, _CHUNK_ROWS):
             rows = slice(start, min(start + _CHUNK_ROWS, self.n))
             self._format(rows, matrix[rows])
         return matrix
-
-    def lengths(self) -> np.ndarray:
-        """Bytes of each row's ``"\\tPAYLOAD"`` (as :meth:`write_rows` writes it, NULs left out), in row order.
-
-        Returns
-        -------
-        ndarray of int64
-        """
-        return self._lengths
-
-    @functools.cached_property
-    def _lengths(self) -> np.ndarray:
-        formatted = self._formatted
-        own = [nonzero_per_row(formatted[start : start + _CHUNK_ROWS]) for start in range(0, self.n, _CHUNK_ROWS)]
-        return np.concatenate([*own, 1 + self._extra_bytes])
 
 
 def decode_payload(payload: str | bytes) -> dict[str, Any]:
