@@ -31,23 +31,13 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from vecsched.service.payload import PayloadRows
+from vecsched.service.payload import PayloadRows, write_decimal
 from vecsched.service.store.buckets import _Ids
 
 MAGIC = b"vecsched-packed/1"
 HEADER = 64  # bytes; the header's numbers are space-padded to it
 PER_BUCKET = 8  # requests per index bucket on average: a read scans about this many entries
 _CHUNK = 8192  # index entries or rows made at a time (whole rows: a megabyte or so)
-
-
-def _digits(values: np.ndarray, width: int) -> np.ndarray:
-    """Non-negative integers as zero-padded decimal text, ``width`` bytes a row."""
-    out = np.empty((len(values), width), dtype=np.uint8)
-    rest = values.astype(np.int64)
-    for column in range(width - 1, -1, -1):
-        rest, digit = np.divmod(rest, 10)
-        out[:, column] = digit + ord("0")
-    return out
 
 
 class _Index:
@@ -75,7 +65,7 @@ class _Index:
         matrix[:, 0] = ord("\n")
         self.ids.write(rows, matrix[:, 1 : 1 + longest])  # NUL-padded unless every id is as long
         matrix[:, 1 + longest] = ord("\t")
-        matrix[:, 2 + longest :] = _digits(rows, self.row_digits)
+        write_decimal(rows, matrix[:, 2 + longest :])
         if self.ids.uniform:
             return memoryview(matrix.reshape(-1))
         return matrix.tobytes().translate(None, b"\0")
@@ -128,7 +118,9 @@ def pack_status(ids: Sequence[str], payloads: Sequence[str]) -> tuple[int, Itera
                                         at_index, at_rows)
 
     def pieces() -> Iterator[bytes | memoryview]:
-        yield header.ljust(HEADER) + _digits(index.offsets, index.offset_digits).tobytes()
+        offsets = np.empty((len(index.offsets), index.offset_digits), dtype=np.uint8)
+        write_decimal(index.offsets, offsets)
+        yield header.ljust(HEADER) + offsets.tobytes()
         for start in range(0, n, _CHUNK):
             yield index.entries(start, min(start + _CHUNK, n))
         for start in range(0, n, _CHUNK):
