@@ -127,3 +127,19 @@ def test_a_failed_write_raises_and_never_switches(redis_prefix) -> None:
     finally:
         store.drop_all()
         store.close()
+
+
+def test_long_ids_hash_alike_in_the_read_script(redis_prefix) -> None:
+    """The script hashes an id 64 bytes at a time: ids of 63 to 2,000 bytes, packed and one field each."""
+    store = RedisStore(REDIS_BASE, prefix=redis_prefix)
+    try:
+        ids = ["é" * 40, "x" * 63, "y" * 64, "z" * 65, "w" * 2000] + [f"r{k}" for k in range(30)]
+        payloads = [f"[{k}]" for k in range(len(ids))]
+        for odd in ([], ["a\tb"]):  # packed; a tab in an id: one field per request
+            assert store.publish(Cycle(100.0 + len(odd), 5.0, ids + odd, payloads + ["[-1]"] * len(odd)))
+            for rid, payload in zip(ids, payloads):
+                assert store.read_status(rid).value == payload
+            assert store.read_status("x" * 64).value is None
+    finally:
+        store.drop_all()
+        store.close()

@@ -60,13 +60,17 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then return false end
 local h = ARGV[1] .. ':c:' .. cur .. ':s'
 local id = ARGV[2]
-local kind = redis.call('TYPE', h)['ok']
-if kind == 'none' then return {cur, false} end
+-- a packed status is a string (no TYPE call: one less per read); a hash says WRONGTYPE
+local head = redis.pcall('GETRANGE', h, 0, HEADER - 1)
+if head == '' then return {cur, false} end
+if type(head) == 'table' and not string.find(head['err'] or '', 'WRONGTYPE', 1, true) then return head end
 local x = 0
-for i = 1, #id do x = (x * 31 + string.byte(id, i)) % MODULUS end
-if kind == 'string' then
+for at = 1, #id, 64 do  -- string.byte returns the bytes at once, a bounded slice at a time
+  local bytes = {string.byte(id, at, at + 63)}
+  for i = 1, #bytes do x = (x * 31 + bytes[i]) % MODULUS end
+end
+if type(head) == 'string' then
   -- packed (vecsched.service.store.packed): header, the bucket's two offsets, its entries, the row
-  local head = redis.call('GETRANGE', h, 0, HEADER - 1)
   local b, od, rd, w, at_index, at_rows = string.match(head, '^%S+ (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)')
   if not b then return redis.error_reply('not a packed status: ' .. h) end
   od, rd, w, at_index, at_rows = tonumber(od), tonumber(rd), tonumber(w), tonumber(at_index), tonumber(at_rows)
