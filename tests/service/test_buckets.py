@@ -143,3 +143,14 @@ def test_long_ids_hash_alike_in_the_read_script(redis_prefix) -> None:
     finally:
         store.drop_all()
         store.close()
+
+
+def test_a_payload_holding_nul_reads_back_whole(redis_prefix) -> None:
+    """Packed rows lose their NUL padding in the reader; a payload of the per-request layout keeps its NULs."""
+    store = RedisStore(REDIS_BASE, prefix=redis_prefix)
+    try:
+        assert store.publish(Cycle(100.0, 5.0, ["a", "b"], ["[1]", "[\x00]"]))
+        assert store.read_status("b").value == "[\x00]" and store.read_status("a").value == "[1]"
+    finally:
+        store.drop_all()
+        store.close()
