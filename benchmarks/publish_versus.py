@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 FIGURES = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_s", "redis_cpu_s", "build_s")
+READS = ("read_p50_ms", "read_redis_us")  # a status read of the default layout: latency, Redis's own time
 
 
 def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
@@ -31,7 +32,8 @@ def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
                           "--reads", str(reads)], env=env, check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
     default = {k: got[k]["default"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
-    return {**default, "status_read_ms": got["status_read_ms"]["default"],
+    read = got["status_read_ms"]["default"]
+    return {**default, "status_read_ms": read, "read_p50_ms": read["p50"], "read_redis_us": read.get("redis_us", 0.0),
             "load_average": got["load_average"][0]}
 
 
@@ -48,7 +50,7 @@ def main() -> None:
     for _ in range(args.pairs):
         for tree in runs:
             runs[tree].append(_run(tree, args.requests, args.rounds, args.reads))
-    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in FIGURES}
+    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in (*FIGURES, *READS)}
                for tree, got in runs.items()}
     ratios = {k: round(medians[args.before][k] / medians[args.after][k], 2) for k in FIGURES if medians[args.after][k]}
     out = {"requests": args.requests, "runs": runs, "medians": medians, "before_over_after": ratios}
