@@ -10,10 +10,11 @@ with, in turn:
 
 * ``per-request``: one hash field per request (``RedisStore(bucketed=False)``):
   a pipeline of ``HSET key mapping=...`` of 5,000 fields each;
-* ``default``: what :class:`~vecsched.service.store.redis.RedisStore` does by
-  default: one string per cycle (:mod:`vecsched.service.store.packed`) where the
-  tree has it, else the hash of 16 requests per field
-  (:mod:`vecsched.service.store.buckets` before the packed layout).
+* ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does by
+  default, many requests per Redis value: one string per cycle
+  (:mod:`vecsched.service.store.packed`) where the tree has it, else the hash
+  of 16 requests per field (before the packed layout). The name stays for
+  ``benchmarks.report``, which reads it.
 
 It prints one JSON document: medians of wall time of ``publish`` (``encode``,
 :func:`encode_payloads`, plus ``write``, :meth:`RedisStore.publish`; the
@@ -151,7 +152,7 @@ def main() -> None:
     prefix = "vs-bench-publish-" + secrets.token_hex(4)
     stores = {
         "per-request": RedisStore(args.redis, prefix=prefix + "-a", bucketed=False),
-        "default": RedisStore(args.redis, prefix=prefix + "-b"),
+        "bucketed": RedisStore(args.redis, prefix=prefix + "-b"),
     }
     rounds: dict[str, list[dict[str, float]]] = {k: [] for k in stores}
     fields: list[float] = []
@@ -163,8 +164,8 @@ def main() -> None:
             fields.append(_build_time(est, cycle_time))
             ids, payloads = encode_payloads(est, cycle_time)
             for k in (0, len(ids) // 2, len(ids) - 1):
-                got = stores["default"].read_status(ids[k])
-                assert got is not None and got.value == payloads[k], "default layout's read disagrees"
+                got = stores["bucketed"].read_status(ids[k])
+                assert got is not None and got.value == payloads[k], "bucketed (default) layout's read disagrees"
         ids = encode_payloads(est, 0.0)[0]
         reads = _read_latency(stores, ids, args.reads)
     finally:
@@ -181,7 +182,7 @@ def main() -> None:
         "rounds": args.rounds,
         # publish = encode (encode_payloads, the same for both layouts) + write (RedisStore.publish);
         # medians over rounds
-        "encode_s": median("default", "encode_s"),
+        "encode_s": median("bucketed", "encode_s"),
         **{key: {name: median(name, key) for name in stores} for key in keys},
         "build_s": round(statistics.median(fields), 4),
         "speedup_vs_per_request": {name: round(median("per-request", "publish_s") / median(name, "publish_s"), 2)

@@ -31,8 +31,8 @@ def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
     out = subprocess.run([sys.executable, str(script), "--requests", str(requests), "--rounds", str(rounds),
                           "--reads", str(reads)], env=env, check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
-    default = {k: got[k]["default"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
-    read = got["status_read_ms"]["default"]
+    default = {k: got[k]["bucketed"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
+    read = got["status_read_ms"]["bucketed"]
     return {**default, "status_read_ms": read, "read_p50_ms": read["p50"], "read_redis_us": read.get("redis_us", 0.0),
             "load_average": got["load_average"][0]}
 
