@@ -28,7 +28,7 @@ from vecsched.service.store.buckets import HASH_MODULUS, unbucket
 from vecsched.service.store.packed import HEADER, pack_status, unpack_status
 
 _SWITCH = """
--- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
+-- KEYS: current, status key, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
 local old = redis.call('GET', KEYS[1])
 local function ctime(id) return tonumber(string.match(id, '^[^|]+')) end
 if old and old ~= ARGV[1] and ctime(old) > ctime(ARGV[1]) then
@@ -43,7 +43,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('cycle keys expired before the switch')
 end
 if tonumber(ARGV[4]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  return redis.error_reply('cycle status hash expired before the switch')
+  return redis.error_reply('cycle status key expired before the switch')
 end
 redis.call('SET', KEYS[1], ARGV[1])
 for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
@@ -153,7 +153,7 @@ class RedisStore:
 
         Returns False when a newer cycle was already current (nothing switched).
         Raises on any Redis error, and when a key of the cycle expired before the
-        switch (the status hash gets its TTL before its later chunks are written);
+        switch (every key is written with its TTL);
         readers then still see the previous cycle.
 
         Parameters
