@@ -11,20 +11,25 @@ with, in turn:
 * ``per-request``: one hash field per request (``RedisStore(bucketed=False)``):
   a pipeline of ``HSET key mapping=...`` of 5,000 fields each;
 * ``bucketed``: what :class:`~vecsched.service.store.redis.RedisStore` does by
-  default, 16 requests per field (:mod:`vecsched.service.store.buckets`): the
-  entries of whole buckets as one buffer per chunk, cut into fields by the
-  write script, through the same redis-py pipeline.
+  default, many requests per Redis value: one string per cycle
+  (:mod:`vecsched.service.store.packed`) where the tree has it, else the hash
+  of 16 requests per field (before the packed layout). The name stays for
+  ``benchmarks.report``, which reads it.
 
 It prints one JSON document: medians of wall time of ``publish`` (``encode``,
 :func:`encode_payloads`, plus ``write``, :meth:`RedisStore.publish`; the
-payload bytes are formatted inside the write, in bucket order), of Redis's own
-time in HSET and in every command of the publication (``redis_s``: HSET,
-the write script, EXPIRE, SET, the switch; ``INFO commandstats``), of this
-process's CPU time, of building
-the bucketed fields alone (no Redis), the ratios to ``per-request``, and the
-latency of a status read from the per-request and the bucketed layouts
-(alternated). Everything runs
-under a throwaway key prefix, removed at the end.
+payload bytes are formatted inside the write), of Redis's own
+time in HSET and in every command of the publication (``redis_s``: HSET, SET,
+the write script, EXPIRE, the switch; ``INFO commandstats``), of the Redis
+server's whole CPU time over the publication (``redis_cpu_s``, ``INFO cpu``:
+commands plus reading the socket, parsing and freeing), of this process's CPU
+time, of building the default layout's bytes alone (no Redis), the ratios to
+``per-request``, and the latency of a status read from the per-request and the
+default layouts (alternated) with Redis's own time per read
+(``EVALSHA``, ``INFO commandstats``; ``redis_us`` the least of ten blocks of
+reads, layouts alternated, ``redis_us_median`` their median). The first tree may be an older one: the
+script uses whatever layout its ``vecsched`` has. Everything runs under a
+throwaway key prefix, removed at the end.
 """
 
 from __future__ import annotations
@@ -44,8 +49,16 @@ from vecsched.core.result import BOOL_FIELDS, FLOAT_FIELDS, INT_FIELDS
 from vecsched.core.stall import EVIDENCE
 from vecsched.service.payload import encode_payloads
 from vecsched.service.store.base import Cycle
-from vecsched.service.store.buckets import bucket_fields
 from vecsched.service.store.redis import RedisStore
+
+try:
+    from vecsched.service.store.packed import pack_status
+
+    def _build(ids: list[str], payloads) -> None:
+        for _ in pack_status(ids, payloads)[1]:
+            pass
+except ImportError:  # a tree before the packed layout
+    from vecsched.service.store.buckets import bucket_fields as _build
 
 
 def fake_estimates(n: int, seed: int = 0) -> SimpleNamespace:
@@ -64,7 +77,8 @@ def fake_estimates(n: int, seed: int = 0) -> SimpleNamespace:
 
 
 def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict[str, dict[str, float]]:
-    """p50 and p99 of one status read (one EVALSHA) per layout, reads alternated between layouts."""
+    """p50 and p99 of one status read (one EVALSHA) per layout, reads alternated between layouts,
+    and Redis's own time per read (each layout's reads in a run of their own)."""
     rng = np.random.default_rng(1)
     picks = [ids[k] for k in rng.integers(0, len(ids), n)]
     lat: dict[str, list[float]] = {k: [] for k in stores}
@@ -76,24 +90,41 @@ def _read_latency(stores: dict[str, RedisStore], ids: list[str], n: int) -> dict
             t = time.perf_counter()
             store.read_status(rid)
             lat[name].append((time.perf_counter() - t) * 1000)
+    # Redis's time per read: blocks of reads, layouts alternated; the least block is the least disturbed
+    server: dict[str, list[float]] = {k: [] for k in stores}
+    block = max(1, len(picks) // 10)
+    for start in range(0, len(picks), block):
+        for name, store in stores.items():
+            before = _server_usec(store)["cmdstat_evalsha"]
+            for rid in picks[start : start + block]:
+                store.read_status(rid)
+            server[name].append((_server_usec(store)["cmdstat_evalsha"] - before) / len(picks[start : start + block]))
     return {
-        k: {"p50": round(statistics.median(v), 4), "p99": round(sorted(v)[int(0.99 * (len(v) - 1))], 4)}
+        k: {"p50": round(statistics.median(v), 4), "p99": round(sorted(v)[int(0.99 * (len(v) - 1))], 4),
+            "redis_us": round(min(server[k]), 2), "redis_us_median": round(statistics.median(server[k]), 2)}
         for k, v in lat.items()
     }
 
 
 def _round(store: RedisStore, est: SimpleNamespace, cycle_time: float) -> dict[str, float]:
     """One cycle encoded and published to ``store``: wall times, this process's CPU, Redis's HSET time."""
-    before = _server_usec(store)
+    before, cpu_before = _server_usec(store), _server_cpu(store)
     t0, c0 = time.perf_counter(), time.process_time()
     ids, payloads = encode_payloads(est, cycle_time)
     t1 = time.perf_counter()
     store.publish(Cycle(cycle_time, 5.0, ids, payloads))
     t2, c2 = time.perf_counter(), time.process_time()
-    after = _server_usec(store)
+    after, cpu_after = _server_usec(store), _server_cpu(store)
     return {"encode_s": t1 - t0, "write_s": t2 - t1, "publish_s": t2 - t0, "client_cpu_s": c2 - c0,
             "redis_hset_s": (after["cmdstat_hset"] - before["cmdstat_hset"]) / 1e6,
-            "redis_s": sum(after[k] - before[k] for k in after) / 1e6}
+            "redis_s": sum(after[k] - before[k] for k in after) / 1e6,
+            "redis_cpu_s": cpu_after - cpu_before}
+
+
+def _server_cpu(store: RedisStore) -> float:
+    """The Redis server's CPU time so far (user + system, every thread; ``INFO cpu``)."""
+    cpu = store.client.info("cpu")
+    return cpu["used_cpu_user"] + cpu["used_cpu_sys"]
 
 
 def _server_usec(store: RedisStore) -> dict[str, int]:
@@ -102,11 +133,11 @@ def _server_usec(store: RedisStore) -> dict[str, int]:
     return defaultdict(int, {k: v["usec"] for k, v in stats.items() if k != "cmdstat_info"})
 
 
-def _fields_time(est: SimpleNamespace, cycle_time: float) -> float:
-    """Wall time of building the bucketed fields alone (formatting included), no Redis."""
+def _build_time(est: SimpleNamespace, cycle_time: float) -> float:
+    """Wall time of making the default layout's bytes alone (formatting included), no Redis."""
     ids, payloads = encode_payloads(est, cycle_time)
     t = time.perf_counter()
-    bucket_fields(ids, payloads)
+    _build(ids, payloads)
     return time.perf_counter() - t
 
 
@@ -130,10 +161,11 @@ def main() -> None:
             cycle_time = 1764417600.0 + k
             for name, store in stores.items():
                 rounds[name].append(_round(store, est, cycle_time))
-            fields.append(_fields_time(est, cycle_time))
+            fields.append(_build_time(est, cycle_time))
             ids, payloads = encode_payloads(est, cycle_time)
-            got = stores["bucketed"].read_status(ids[len(ids) // 2])
-            assert got is not None and got.value == payloads[len(ids) // 2], "bucketed read disagrees"
+            for k in (0, len(ids) // 2, len(ids) - 1):
+                got = stores["bucketed"].read_status(ids[k])
+                assert got is not None and got.value == payloads[k], "bucketed (default) layout's read disagrees"
         ids = encode_payloads(est, 0.0)[0]
         reads = _read_latency(stores, ids, args.reads)
     finally:
@@ -144,7 +176,7 @@ def main() -> None:
     def median(name: str, key: str) -> float:
         return round(statistics.median(r[key] for r in rounds[name]), 4)
 
-    keys = ("publish_s", "write_s", "client_cpu_s", "redis_hset_s", "redis_s")
+    keys = ("publish_s", "write_s", "client_cpu_s", "redis_hset_s", "redis_s", "redis_cpu_s")
     out = {
         "requests": args.requests,
         "rounds": args.rounds,
@@ -152,7 +184,7 @@ def main() -> None:
         # medians over rounds
         "encode_s": median("bucketed", "encode_s"),
         **{key: {name: median(name, key) for name in stores} for key in keys},
-        "bucket_fields_s": round(statistics.median(fields), 4),
+        "build_s": round(statistics.median(fields), 4),
         "speedup_vs_per_request": {name: round(median("per-request", "publish_s") / median(name, "publish_s"), 2)
                                    for name in stores},
         "status_read_ms": reads,

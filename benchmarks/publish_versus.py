@@ -7,7 +7,7 @@ Usage::
 Each pair runs this tree's ``benchmarks/publish.py`` (same fake figures, same
 measurements) once with each tree's ``vecsched`` first on ``PYTHONPATH``, in
 turn, so both see the same load. Prints one JSON document: every run's
-bucketed-layout figures and, per figure, the median over runs and the ratio
+default-layout figures and, per figure, the median over runs and the ratio
 of the first tree's median to the second's.
 """
 
@@ -21,7 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-FIGURES = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_s")
+FIGURES = ("publish_s", "encode_s", "write_s", "client_cpu_s", "redis_s", "redis_cpu_s", "build_s")
+READS = ("read_p50_ms", "read_redis_us")  # a status read of the default layout: latency, Redis's own time
 
 
 def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
@@ -30,8 +31,9 @@ def _run(tree: str, requests: int, rounds: int, reads: int) -> dict:
     out = subprocess.run([sys.executable, str(script), "--requests", str(requests), "--rounds", str(rounds),
                           "--reads", str(reads)], env=env, check=True, capture_output=True, text=True).stdout
     got = json.loads(out)
-    bucketed = {k: got[k]["bucketed"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
-    return {**bucketed, "status_read_ms": got["status_read_ms"]["bucketed"],
+    default = {k: got[k]["bucketed"] if isinstance(got[k], dict) else got[k] for k in FIGURES}
+    read = got["status_read_ms"]["bucketed"]
+    return {**default, "status_read_ms": read, "read_p50_ms": read["p50"], "read_redis_us": read.get("redis_us", 0.0),
             "load_average": got["load_average"][0]}
 
 
@@ -48,7 +50,7 @@ def main() -> None:
     for _ in range(args.pairs):
         for tree in runs:
             runs[tree].append(_run(tree, args.requests, args.rounds, args.reads))
-    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in FIGURES}
+    medians = {tree: {k: round(statistics.median(r[k] for r in got), 4) for k in (*FIGURES, *READS)}
                for tree, got in runs.items()}
     ratios = {k: round(medians[args.before][k] / medians[args.after][k], 2) for k in FIGURES if medians[args.after][k]}
     out = {"requests": args.requests, "runs": runs, "medians": medians, "before_over_after": ratios}

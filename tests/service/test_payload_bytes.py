@@ -1,4 +1,4 @@
-"""The bulk payload encoder against a plain one-request-at-a-time encoding, byte for byte."""
+"""The bulk payload encoder and the packed status against plain one-request-at-a-time builds, byte for byte."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from vecsched.core.result import BOOL_FIELDS, FLOAT_FIELDS, INT_FIELDS
 from vecsched.core.stall import EVIDENCE
 from vecsched.service.payload import PAYLOAD_FIELDS, PAYLOAD_VERSION, REQUEST_FIELDS, encode_payloads
-from vecsched.service.store.buckets import BUCKET_SIZE, bucket_fields, id_hash
+from vecsched.service.store.buckets import id_hash
+from vecsched.service.store.packed import HEADER, MAGIC, PER_BUCKET, pack_status
 
 _FLOATS = set(FLOAT_FIELDS + REQUEST_FIELDS)
 
@@ -38,14 +39,33 @@ def plain_payload(columns: dict, k: int, cycle_time: float) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def plain_buckets(ids: list[str], payloads: list[str]) -> dict[bytes, bytes]:
-    """The bucketed status hash built entry by entry (rows of a bucket in their order)."""
-    n_buckets = max(1, -(-len(ids) // BUCKET_SIZE))
-    fields: dict[bytes, bytes] = {b"#": str(n_buckets).encode()}
-    for rid, payload in zip(ids, payloads):
-        name = str(id_hash(rid) % n_buckets).encode()
-        fields[name] = fields.get(name, b"") + f"\n{rid}\t{payload}".encode()
-    return fields
+def plain_packed_head(ids: list[str], width: int) -> bytes:
+    """The packed status up to its rows (header, offsets, index), built entry by entry, for rows ``width`` wide."""
+    n_buckets = max(1, -(-len(ids) // PER_BUCKET))
+    row_digits = len(str(max(len(ids) - 1, 0)))
+    buckets: list[list[bytes]] = [[] for _ in range(n_buckets)]
+    for k, rid in enumerate(ids):
+        buckets[id_hash(rid) % n_buckets].append(f"\n{rid}\t{k:0{row_digits}d}".encode())
+    index, offsets = b"", [0]
+    for entries in buckets:
+        index += b"".join(entries)
+        offsets.append(len(index))
+    digits = len(str(len(index)))
+    at_index = HEADER + len(offsets) * digits
+    header = b"%s %d %d %d %d %d %d" % (MAGIC, n_buckets, digits, row_digits, width, at_index, at_index + len(index))
+    return header.ljust(HEADER) + b"".join(b"%0*d" % (digits, o) for o in offsets) + index
+
+
+def assert_packed_plainly(ids: list[str], payloads, expected: list[str]) -> None:
+    """``pack_status(ids, payloads)``: its head byte for byte, each row ``"\\t" + expected[k]`` once NULs go."""
+    size, pieces = pack_status(ids, payloads)
+    data = b"".join(pieces)
+    width = int(data[:HEADER].split()[4])
+    head = plain_packed_head(ids, width)
+    assert data[: len(head)] == head
+    assert size == len(data) == len(head) + len(ids) * width
+    rows = [data[len(head) + k * width : len(head) + (k + 1) * width] for k in range(len(ids))]
+    assert [row.replace(b"\0", b"").decode() for row in rows] == ["\t" + p for p in expected]
 
 
 _id = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\t\x00"), min_size=1, max_size=40)
@@ -96,32 +116,31 @@ def test_bulk_payloads_equal_the_plain_encoding_byte_for_byte(cycle) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cycles(), st.lists(st.sampled_from(['{"ended":"done"}', '{"ended":"faulted"}']), max_size=5))
-def test_bucketed_fields_equal_the_plain_layout_byte_for_byte(cycle, ended) -> None:
-    """Formatted in bucket order straight from the columns, ended requests' plain payloads appended."""
+def test_packed_status_equals_the_plain_layout(cycle, ended) -> None:
+    """Rows formatted a run at a time straight from the columns, ended requests' plain payloads appended."""
     estimates, requests, cycle_time = cycle
     ids, payloads = encode_payloads(estimates, cycle_time, requests)
     ended_ids = [f"ended-{k}" for k in range(len(ended))]
     ended_ids = [i for i in ended_ids if i not in ids]
     ended = ended[: len(ended_ids)]
-    names, values = bucket_fields(ids + ended_ids, payloads + ended)
-    assert len(names) == len(set(names))
-    expected = plain_buckets(ids + ended_ids, [plain_payload({**estimates.columns, "kudos": requests.kudos[
-        estimates.request_index]}, k, cycle_time) for k in range(len(ids))] + ended)
-    assert dict(zip(names, values)) == expected
+    columns = {**estimates.columns, "kudos": requests.kudos[estimates.request_index]}
+    expected = [plain_payload(columns, k, cycle_time) for k in range(len(ids))] + ended
+    assert_packed_plainly(ids + ended_ids, payloads + ended, expected)
 
 
-def test_bucketed_fields_span_chunks_with_whole_buckets() -> None:
-    """Enough requests for several formatting chunks: every bucket still whole and in row order."""
+def test_packed_status_spans_chunks() -> None:
+    """Enough requests for several chunks of entries and rows, ids of many lengths."""
     n = 40_000
     rng = np.random.default_rng(4)
     ids = [f"req-{k:x}-{'x' * int(rng.integers(0, 30))}" for k in range(n)]
     payloads = [f"[{k},{k % 7}.5]" for k in range(n)]
-    names, values = bucket_fields(ids, payloads)
-    assert dict(zip(names, values)) == plain_buckets(ids, payloads)
+    assert_packed_plainly(ids, payloads, payloads)
+    uniform = [f"{k:08d}-4c1e" for k in range(n)]  # one length: entries straight from the ids' buffer
+    assert_packed_plainly(uniform, payloads, payloads)
 
 
 def _peak_memory(ids: list[str]) -> int:
-    """Peak traced bytes of encoding and bucketing a cycle of ``ids`` (every figure 0 or 12.5)."""
+    """Peak traced bytes of encoding and packing a cycle of ``ids`` (every figure 0 or 12.5), pieces not kept."""
     n = len(ids)
     columns = {f: np.zeros(n, dtype=np.int64) for f in INT_FIELDS}
     columns.update({f: np.zeros(n, dtype=bool) for f in BOOL_FIELDS})
@@ -133,7 +152,8 @@ def _peak_memory(ids: list[str]) -> int:
     estimates = SimpleNamespace(request_id=rid, columns=columns)
     tracemalloc.start()
     try:
-        bucket_fields(*encode_payloads(estimates, 1.0))
+        for _ in pack_status(*encode_payloads(estimates, 1.0))[1]:
+            pass
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -19,7 +19,7 @@ from vecsched.service.store.redis import RedisStore
 from vecsched.service.store.sql import SQLStore
 
 from vecsched.service.payload import decode_payload, encode_payloads
-from vecsched.service.store.buckets import bucket_fields
+from vecsched.service.store.packed import pack_status
 
 
 def _cycle(make_estimates, t: float, ids: list[str], mark: int, interval: float = 5.0) -> Cycle:
@@ -198,7 +198,7 @@ def _interpreter_calls(fn) -> int:
 def test_encoding_has_no_per_request_python_step(make_estimates) -> None:
     """The encoder's work per request is NumPy's: ten times the requests, the same
     number of interpreter calls (a per-request loop would add thousands), whether
-    the payloads are read as str or written into the bucketed layout."""
+    the payloads are read as str or written into the packed layout."""
 
     def est(n: int):
         rng = np.random.default_rng(n)
@@ -209,7 +209,7 @@ def test_encoding_has_no_per_request_python_step(make_estimates) -> None:
 
     small, large = est(400), est(4000)
     for run in (lambda e: list(encode_payloads(e, 5.0)[1]),  # formatted when read
-                lambda e: bucket_fields(*encode_payloads(e, 5.0))):  # formatted in bucket order
+                lambda e: list(pack_status(*encode_payloads(e, 5.0))[1])):  # formatted a run at a time
         run(small)  # first-call imports and caches out of the count
         grows = _interpreter_calls(lambda: run(large)) - _interpreter_calls(lambda: run(small))
         assert grows < 100, grows

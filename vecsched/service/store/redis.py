@@ -3,10 +3,11 @@
 Redis layout, for a key prefix ``P`` and a cycle id ``C`` (``time|interval|token``):
 
 - ``P:current``: the id of the current cycle;
-- ``P:c:C:s``: hash of the payloads: field ``#`` holds a bucket count B and field
-  ``str(hash(id) % B)`` the ``"\\nID\\tPAYLOAD"`` entries of its requests
-  (:func:`vecsched.service.store.buckets.bucket_fields`); without ``#``, field =
-  request id and value = the request's payload;
+- ``P:c:C:s``: the payloads: a string, every request's padded payload row and
+  an index by id hash (:mod:`vecsched.service.store.packed`); or, when an id
+  or payload holds a newline, tab or NUL, a hash of field = request id and
+  value = payload (also read: a hash whose field ``#`` holds a bucket count,
+  :mod:`vecsched.service.store.buckets`, as published before the packed layout);
 - ``P:c:C:m``: JSON of the cycle's horde-wide totals and counts;
 - ``P:c:C:p``: the prospective-request state (bytes).
 
@@ -19,13 +20,15 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import chain
 from typing import Any, Iterator
 
 from vecsched.service.store.base import Cycle, Reading, _reading
-from vecsched.service.store.buckets import BUCKETS_FIELD, bucket_commands, unbucket
+from vecsched.service.store.buckets import HASH_MODULUS, unbucket
+from vecsched.service.store.packed import HEADER, pack_status, unpack_status
 
 _SWITCH = """
--- KEYS: current, status hash, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
+-- KEYS: current, status key, meta, prospective; ARGV: cycle id, prefix, grace TTL, request count
 local old = redis.call('GET', KEYS[1])
 local function ctime(id) return tonumber(string.match(id, '^[^|]+')) end
 if old and old ~= ARGV[1] and ctime(old) > ctime(ARGV[1]) then
@@ -40,7 +43,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('EXISTS', KEYS[4]) == 0 then
   return redis.error_reply('cycle keys expired before the switch')
 end
 if tonumber(ARGV[4]) > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  return redis.error_reply('cycle status hash expired before the switch')
+  return redis.error_reply('cycle status key expired before the switch')
 end
 redis.call('SET', KEYS[1], ARGV[1])
 for i = 2, #KEYS do redis.call('PERSIST', KEYS[i]) end
@@ -57,18 +60,41 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then return false end
 local h = ARGV[1] .. ':c:' .. cur .. ':s'
 local id = ARGV[2]
+-- a packed status is a string (no TYPE call: one less per read); a hash says WRONGTYPE
+local head = redis.pcall('GETRANGE', h, 0, HEADER - 1)
+if head == '' then return {cur, false} end
+if type(head) == 'table' and not string.find(head['err'] or '', 'WRONGTYPE', 1, true) then return head end
+local x = 0
+for at = 1, #id, 64 do  -- string.byte returns the bytes at once, a bounded slice at a time
+  local bytes = {string.byte(id, at, at + 63)}
+  for i = 1, #bytes do x = (x * 31 + bytes[i]) % MODULUS end
+end
+if type(head) == 'string' then
+  -- packed (vecsched.service.store.packed): header, the bucket's two offsets, its entries, the row
+  local b, od, rd, w, at_index, at_rows = string.match(head, '^%S+ (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)')
+  if not b then return redis.error_reply('not a packed status: ' .. h) end
+  od, rd, w, at_index, at_rows = tonumber(od), tonumber(rd), tonumber(w), tonumber(at_index), tonumber(at_rows)
+  local at = HEADER + (x % tonumber(b)) * od
+  local span = redis.call('GETRANGE', h, at, at + 2 * od - 1)
+  local first, stop = tonumber(string.sub(span, 1, od)), tonumber(string.sub(span, od + 1))
+  if first == stop then return {cur, false} end
+  local entries = redis.call('GETRANGE', h, at_index + first, at_index + stop - 1)
+  local _, e = string.find(entries, '\\n' .. id .. '\\t', 1, true)
+  if not e then return {cur, false} end
+  local row = at_rows + tonumber(string.sub(entries, e + 1, e + rd)) * w
+  -- the row is a tab, the payload, and NULs anywhere: the reader drops them (4 us of Redis time in Lua)
+  return {cur, redis.call('GETRANGE', h, row + 1, row + w - 1), 1}
+end
 local buckets = tonumber(redis.call('HGET', h, '#') or '0') or 0
 if buckets == 0 then return {cur, redis.call('HGET', h, id)} end
--- many requests per field (vecsched.service.store.buckets.bucket_fields): find this one's
-local x = 0
-for i = 1, #id do x = (x * 31 + string.byte(id, i)) % 1000003 end
+-- many requests per field (vecsched.service.store.buckets): find this one's
 local blob = redis.call('HGET', h, tostring(x % buckets))
 if not blob then return {cur, false} end
 local _, stop = string.find(blob, '\\n' .. id .. '\\t', 1, true)
 if not stop then return {cur, false} end
 local next_entry = string.find(blob, '\\n', stop + 1, true)
 return {cur, string.sub(blob, stop + 1, (next_entry or 0) - 1)}
-"""
+""".replace("MODULUS", str(HASH_MODULUS)).replace("HEADER", str(HEADER))
 
 _READ_KEY = """
 local cur = redis.call('GET', KEYS[1])
@@ -87,10 +113,11 @@ class RedisStore:
     prefix : str, default "vecsched"
         Key prefix; several hordes (or tests) can share one Redis.
     chunk : int, default 5000
-        Hash fields per HSET command in the publication pipeline.
+        Hash fields per HSET command when one field per request is written.
     bucketed : bool, default True
-        Publish many requests per hash field (far less work for Redis); False
-        publishes one field per request. Reads handle both layouts.
+        Publish the packed layout (one string per cycle: far less work for
+        Redis and this process); False publishes one hash field per request.
+        Reads handle every layout.
 
     Examples
     --------
@@ -126,7 +153,7 @@ class RedisStore:
 
         Returns False when a newer cycle was already current (nothing switched).
         Raises on any Redis error, and when a key of the cycle expired before the
-        switch (the status hash gets its TTL before its later chunks are written);
+        switch (every key is written with its TTL);
         readers then still see the previous cycle.
 
         Parameters
@@ -159,7 +186,7 @@ class RedisStore:
         return bool(switched)
 
     def _write(self, conn: Any, cycle: Cycle, status_key: str, ttl: int, then: list[tuple[int, Any]]) -> None:
-        """Send the status hash's commands, then ``then``, on ``conn`` in one stream; read every reply.
+        """Send the status key's commands, then ``then``, on ``conn`` in one stream; read every reply.
 
         Nothing is read before everything is sent (a pipeline); the first
         error reply is raised once all replies are read, and any other failure
@@ -186,14 +213,14 @@ class RedisStore:
             raise
 
     def _status_commands(self, conn: Any, cycle: Cycle, key: str, ttl: int) -> Iterator[tuple[int, Any]]:
-        """The status hash's commands as (replies, wire pieces); the hash has its TTL before its bulk."""
-        wire = bucket_commands(conn.encoder.encode(key), cycle.request_ids, cycle.payloads,
-                               self.chunk) if self.bucketed else None
-        if wire is not None:
-            n_buckets, n_commands, pieces = wire
-            yield 1, conn.pack_command("HSET", key, BUCKETS_FIELD, n_buckets)
-            yield 1, conn.pack_command("EXPIRE", key, ttl)
-            yield n_commands, pieces  # made a few thousand requests at a time, while they are sent
+        """The status key's commands as (replies, wire pieces), each one written with its TTL."""
+        packed = pack_status(cycle.request_ids, cycle.payloads) if self.bucketed else None
+        if packed is not None:
+            size, pieces = packed
+            name = conn.encoder.encode(key)
+            # one SET whose value is made a few thousand requests at a time, while it is sent
+            yield 1, chain([b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(name), name, size)], pieces,
+                           [b"\r\n$2\r\nEX\r\n$%d\r\n%d\r\n" % (len(str(ttl)), ttl)])
             return
         # one field per request (asked for, or an id or payload holds a separator)
         names, values = list(map(str.encode, cycle.request_ids)), list(map(str.encode, cycle.payloads))
@@ -218,10 +245,12 @@ class RedisStore:
             None when no cycle was ever published.
         """
         got = self._read_field(keys=[self.current_key], args=[self.prefix, request_id])
+        if got and len(got) > 2:  # a packed row, NUL-padded (a payload of the other layouts may hold NULs)
+            got = [got[0], got[1].replace(b"\0", b"")]
         return _reading(got, lambda v: v.decode() if v is not None else None)
 
     def payloads(self, cycle_id: str) -> dict[str, str]:
-        """Every request id and payload of cycle ``cycle_id`` (one ``HGETALL``), whatever the layout.
+        """Every request id and payload of cycle ``cycle_id`` (the whole status key), whatever the layout.
 
         Parameters
         ----------
@@ -232,7 +261,10 @@ class RedisStore:
         dict
             Request id to payload; empty when the cycle has no requests or is gone.
         """
-        return unbucket(self.client.hgetall(self._keys(cycle_id)[0]))
+        key = self._keys(cycle_id)[0]
+        if self.client.type(key) == b"string":
+            return unpack_status(self.client.get(key))
+        return unbucket(self.client.hgetall(key))
 
     def read_current(self) -> Reading | None:
         """The current cycle alone (``value`` None): one GET, no payload.
