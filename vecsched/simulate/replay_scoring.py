@@ -103,15 +103,26 @@ def _plain_run(name: Any, minutes: float, seed: int) -> Any:
 
 
 def cancel_hazards(sim: Any) -> tuple[float, ...]:
-    """Per gentype code, cancellations of unstarted requests per second of waiting unstarted, over a whole run."""
+    """Per gentype code, cancellations of unstarted requests per second of waiting unstarted, over a whole run.
+
+    :func:`vecsched.core.calibration.cancel_hazards` (the job's rule), fed
+    the run's requests as pairs: each forecast at its creation, its start,
+    expiry or cancellation, and the run's end; no minimum count.
+    """
+    from types import SimpleNamespace as Pair
+
+    from vecsched.core.calibration import cancel_hazards as from_pairs_of
     from vecsched.snapshot.schema import GENTYPES
 
-    count, exposure = np.zeros(len(GENTYPES)), np.zeros(len(GENTYPES))
+    pairs = [Pair(request_id="", gentype="", phase="end", at=sim.now)]  # the window's end: no forecast of its own
     for r in sim.requests.values():
-        ends = [t for t in (r.started_at, r.cancelled_at, getattr(r, "expired_at", None)) if t is not None]
-        exposure[r.gentype] += max(min(ends, default=sim.now) - r.created, 0.0)
-        count[r.gentype] += r.status == "cancelled" and r.started_at is None
-    return tuple(float(c / e) if e > 0 else 0.0 for c, e in zip(count, exposure))
+        name = GENTYPES[r.gentype]
+        pairs.append(Pair(request_id=r.id, gentype=name, phase="forecast", at=r.created))
+        for phase, at in (("start", r.started_at), ("cancelled", r.cancelled_at),
+                          ("stall", getattr(r, "expired_at", None))):
+            if at is not None:
+                pairs.append(Pair(request_id=r.id, gentype=name, phase=phase, at=at))
+    return tuple(from_pairs_of(pairs, min_cancelled=0))
 
 
 def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
