@@ -32,8 +32,8 @@ def _replay_registered():
 
 NOW = "2026-11-29T12:00:00Z"
 def _settings(**changes: Any) -> RP.ReplaySettings:
-    """Replay settings without the served and calm views (weights 0): the plain replay the scalar reference replays."""
-    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), **changes})
+    """Replay settings without the served and calm views (weights 0) and one future: the plain replay the scalar reference replays."""
+    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), "spread": (1, 1), **changes})
 
 
 PLAIN = _settings(arrival_window=0.0, poll=3.0, overhead=0.0)
@@ -609,7 +609,8 @@ def test_the_stall_is_the_share_of_futures_in_which_the_request_expires(monkeypa
     stays, leaves = RP.Future(), RP.Future(gone=np.array([50.0]))
     monkeypatch.setattr(RP, "futures", lambda *a, **k: [stays, leaves, stays, leaves, stays])
     doc = _two_requests_one_worker()
-    base = _settings(arrival_window=0.0, poll=3.0, overhead=0.0, spread=(5, 5), stall_margin=(0.0, 0.0))
+    base = _settings(arrival_window=0.0, poll=3.0, overhead=0.0, spread=(5, 5), stall_margin=(0.0, 0.0),
+                     spread_quantile=0.5)
     gone = _replay(doc, replace(base, spread_member=1))
     assert gone["y"]["predicted_stall"] and gone["y"]["start_p50"] == 180.0
     at_40 = _replay(doc, replace(base, stall_share=0.4))
@@ -619,6 +620,9 @@ def test_the_stall_is_the_share_of_futures_in_which_the_request_expires(monkeypa
     assert not at_50["y"]["predicted_stall"]
     # The 0.8 quantile of the starts is a future where y never starts.
     assert _replay(doc, replace(base, spread_quantile=0.8))["y"]["start_p50"] == 180.0
+    # Without a quantile the p50s are the first future's (the plain replay, in :func:`RP.futures`).
+    monkeypatch.setattr(RP, "futures", lambda *a, **k: [leaves, stays, stays])
+    assert _replay(doc, replace(base, spread_quantile=None))["y"]["start_p50"] == 180.0
 
 
 def test_a_thread_that_joins_takes_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:

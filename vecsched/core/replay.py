@@ -88,15 +88,22 @@ class ReplaySettings:
     other way; 0: none. Stall predictions are always this replay's.
     ``arrival_rate``: the repeated arrivals come this many times as often
     (copies every ``arrival_window / arrival_rate`` seconds; 0: none).
+    ``bursts``: (start, end) seconds from now within which arrivals run
+    ``burst_factor`` times that rate. A perturbed future of ``spread`` draws
+    its own: ``burst_per_hour`` starts (Poisson), each lasting a uniform
+    ``burst_minutes``.
     ``spread``: per gentype code, how many futures to replay (docs/replay.md,
     "Round 6"): the first is this replay, the others perturb it (arrival rate
     scaled by its sampling uncertainty widened by ``rate_spread``, workers
     leaving and joining at the measured churn times ``churn_scale``, each
     worker's speed scaled by a lognormal of ``speed_noise``), drawn from a
     seed derived from the snapshot. Start and completion p50s are the
-    per-request ``spread_quantile`` of the futures, and a request is a
-    predicted stall when it stalls in at least ``stall_share`` of them. 1: the
-    single replay. ``spread_member``: run only that future (a study view).
+    per-request ``spread_quantile`` of the futures (None: the plain
+    replay's), and a request is a predicted stall when it stalls in at least
+    ``stall_share`` of them. 1: the single replay. Image 9 futures, a stall
+    in 2 of them, p50s the plain replay's by default (chosen on the
+    simulator's tuning seeds, docs/replay.md "Round 6").
+    ``spread_member``: run only that future (a study view).
     """
 
     arrival_window: float = 150.0
@@ -115,12 +122,16 @@ class ReplaySettings:
     served_view: tuple[float, ...] = (0.4, 0.0)
     calm_view: tuple[float, ...] = (0.0, 0.25)
     arrival_rate: float = 1.0
-    spread: tuple[int, ...] = (1, 1)
-    rate_spread: float = 0.25
-    churn_scale: float = 1.0
-    speed_noise: float = 0.1
-    spread_quantile: float = 0.5
-    stall_share: float = 0.5
+    bursts: tuple[tuple[float, float], ...] = ()
+    burst_factor: float = 3.0
+    burst_per_hour: float = 0.0
+    burst_minutes: tuple[float, float] = (2.0, 8.0)
+    spread: tuple[int, ...] = (1, 9)
+    rate_spread: float = 0.5
+    churn_scale: float = 3.0
+    speed_noise: float = 0.2
+    spread_quantile: float | None = None
+    stall_share: float = 0.2
     spread_member: int = -1
 
 
@@ -326,8 +337,8 @@ def leave_times(arrival: np.ndarray, deadline: np.ndarray, hazard: float) -> np.
 def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, horizon: float) -> tuple[np.ndarray, ...]:
     """The recent arrivals (waiting requests created within the window) repeated forward every window.
 
-    Returns (template index, copy number k >= 1) per future request: copy k
-    arrives ``k`` windows after its template did.
+    Returns (template index, shift) per future request: the copy arrives
+    ``shift`` seconds after its template did (:func:`_copy_times`).
     """
     window = settings.arrival_window
     if window <= 0 or settings.arrival_rate <= 0 or len(snap_rows) == 0:
@@ -335,16 +346,31 @@ def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, ho
     age = snapshot.now - snapshot.requests.created[snap_rows]
     recent = np.flatnonzero(age <= window)
     # copy k arrives at k*spacing - age
-    copies = np.floor((horizon + age[recent]) / _spacing(settings)).astype(np.int64)
-    template = np.repeat(recent, copies)
-    first = np.cumsum(copies) - copies
-    k = np.arange(len(template)) - np.repeat(first, copies) + 1
-    return template, k
+    take, shift = _copy_times(-age[recent], horizon, settings)
+    return recent[take], shift
 
 
-def _spacing(settings: ReplaySettings) -> float:
-    """Seconds between two copies of a recent arrival: the window, shortened by ``arrival_rate``."""
-    return settings.arrival_window / settings.arrival_rate
+def _copy_times(created: np.ndarray, horizon: float, settings: ReplaySettings) -> tuple[np.ndarray, np.ndarray]:
+    """Future copies of requests created at ``created`` (seconds from now, within the window): (template, shift).
+
+    Copy k of a template arrives ``k * arrival_window / arrival_rate`` seconds
+    after it (k >= 1, from now to the horizon); within each burst of
+    ``bursts`` (start, end), a second stream of copies comes ``burst_factor -
+    1`` times as often, so arrivals run ``burst_factor`` times the rate there.
+    """
+    streams = [(0.0, horizon, settings.arrival_rate)]
+    streams += [(a, min(b, horizon), settings.arrival_rate * (settings.burst_factor - 1.0)) for a, b in settings.bursts]
+    takes, shifts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    for lo, hi, rate in streams:
+        if rate <= 0 or hi < lo:
+            continue
+        spacing = settings.arrival_window / rate
+        first = np.maximum(1, np.ceil((lo - created) / spacing)).astype(np.int64)
+        n = (np.floor((hi - created) / spacing).astype(np.int64) - first + 1).clip(min=0)
+        takes.append(np.repeat(np.arange(len(created)), n))
+        k = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(first, n)
+        shifts.append(k * spacing)
+    return np.concatenate(takes), np.concatenate(shifts)
 
 
 def _no_served() -> dict[str, np.ndarray]:
@@ -373,10 +399,7 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     # What the request's priority would be now, had it waited: aging continued since its pop.
     priority = d.request_extra_priority.astype(np.float64)[keep] - settings.aging_per_second * at
     work = d.assigned_work.astype(np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
-    copies = np.floor((horizon - created) / _spacing(settings)).astype(np.int64).clip(min=0)
-    k = np.arange(copies.sum()) - np.repeat(np.cumsum(copies) - copies, copies) + 1
-    take = np.repeat(np.arange(len(created)), copies)
-    shift = k * _spacing(settings)
+    take, shift = _copy_times(created, horizon, settings)
     arrival = created[take] + shift
     columns = {"priority": priority[take] - settings.aging_per_second * shift, "created": arrival,
                "output": work[take], "deadline": arrival + life, "set_of": first_set + worker[take]}
@@ -413,8 +436,7 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     r = snapshot.requests
     mine = snap_rows[rows]
     age = snapshot.now - r.created[mine]
-    template, k = _arrivals(mine, snapshot, settings, horizon)
-    shift = k * _spacing(settings) if len(k) else np.zeros(0)
+    template, shift = _arrivals(mine, snapshot, settings, horizon)
     priority = np.concatenate([r.extra_priority[mine].astype(np.float64),
                                r.extra_priority[mine[template]] - settings.aging_per_second * shift])
     created = np.concatenate([-age, shift - age[template]])
@@ -495,7 +517,8 @@ class Future:
     ``gone``: per usable worker (the order of :func:`_worker_columns`), seconds
     until it leaves. ``join_at``/``join_worker``: one entry per thread that
     joins, when, and the worker whose column and speed it takes (a newcomer
-    like that one). ``speed``: per worker, a factor on its speed.
+    like that one). ``speed``: per worker, a factor on its speed. ``bursts``:
+    as ``ReplaySettings.bursts``.
     """
 
     rate: float = 1.0
@@ -503,6 +526,7 @@ class Future:
     join_at: np.ndarray | None = None
     join_worker: np.ndarray | None = None
     speed: np.ndarray | None = None
+    bursts: tuple[tuple[float, float], ...] = ()
 
 
 def _count(of: tuple[int, ...], gentype: int) -> int:
@@ -574,9 +598,12 @@ def futures(snapshot: Any, gentype: int, settings: ReplaySettings, threads: np.n
             joins = int(rng.poisson(hazard * len(present) * max(horizon, 0.0)))
         source = rng.choice(present, joins) if joins else np.zeros(0, dtype=np.int64)
         at = rng.uniform(0.0, max(horizon, 0.0), joins)
+        speed = np.exp(settings.speed_noise * rng.standard_normal(n))
+        starts = rng.uniform(0.0, max(horizon, 0.0), rng.poisson(settings.burst_per_hour * max(horizon, 0.0) / 3600.0))
+        lasts = 60.0 * rng.uniform(*settings.burst_minutes, len(starts))
         out.append(Future(rate=float(np.exp(z[j] * sd)), gone=gone, join_at=np.repeat(at, threads[source]),
-                          join_worker=np.repeat(source, threads[source]).astype(np.int64),
-                          speed=np.exp(settings.speed_noise * rng.standard_normal(n))))
+                          join_worker=np.repeat(source, threads[source]).astype(np.int64), speed=speed,
+                          bursts=tuple((float(a), float(a + d)) for a, d in zip(starts, lasts))))
     return out
 
 
@@ -595,7 +622,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
     horizon, started, _ = _horizon(snapshot, inp, queue, snap_rows, settings)
     reachable = set_of >= 0
-    settings = replace(settings, arrival_rate=settings.arrival_rate * future.rate)
+    settings = replace(settings, arrival_rate=settings.arrival_rate * future.rate, bursts=settings.bursts + future.bursts)
     mine = snap_rows[rows]
     lives = snapshot.requests.expiry[mine] - snapshot.requests.created[mine]
     served, served_worker = _served(snapshot, queue.gentype, snapshot.workers.id[worker_rows],
@@ -649,7 +676,7 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
 
 def spread_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
                    settings: ReplaySettings) -> ReplayResult:
-    """The replays of :func:`futures`, one per future: per row the ``spread_quantile`` of their starts and completions, and a stall where at least ``stall_share`` of them stall."""
+    """The replays of :func:`futures`, one per future: per row the ``spread_quantile`` of their starts and completions (None: the first's), and a stall where at least ``stall_share`` of them stall."""
     worker_rows, _, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
     horizon = _horizon(snapshot, inp, queue, snap_rows, settings)[0]
     age = snapshot.now - snapshot.requests.created[snap_rows[queue.rows]]
@@ -661,9 +688,11 @@ def spread_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
         return results[0]
     start = np.stack([r.start for r in results])
     completion = np.stack([r.completion for r in results])
-    # A NaN (no eligible thread; unknown speed) is the same in every future, so it stays NaN.
-    q = settings.spread_quantile
     share = np.mean([r.stall for r in results], axis=0)
+    q = settings.spread_quantile
+    if q is None:  # the p50s stay the plain replay's
+        return ReplayResult(start=results[0].start, completion=results[0].completion, stall=share >= settings.stall_share)
+    # A NaN (no eligible thread; unknown speed) is the same in every future, so it stays NaN.
     return ReplayResult(start=np.quantile(start, q, axis=0, method="inverted_cdf"),
                         completion=np.quantile(completion, q, axis=0, method="inverted_cdf"),
                         stall=share >= settings.stall_share)
