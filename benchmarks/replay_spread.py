@@ -6,10 +6,12 @@ stall of each replayed future of two families of perturbations (and of the
 calm future without arrivals); ``rules`` reads such dumps and prints, per
 scenario and seed set, the stall signal and start p50 accuracy of candidate
 ensembles (number of futures, family, stall share, p50 quantile), and the best
-recall a threshold on each score reaches at FPR <= 10% (the ROC, not a point).
+recall a threshold on each score reaches at FPR <= 10% (the ROC, not a point);
+``roc`` that best recall and the area under the ROC curve, per family.
 
     PYTHONPATH=$PWD python -m benchmarks.replay_spread run steady --minutes 5 --seed 0 --seed 11 --seed 23 --dump F.pkl
     PYTHONPATH=$PWD python -m benchmarks.replay_spread rules F.pkl [G.pkl ...]
+    PYTHONPATH=$PWD python -m benchmarks.replay_spread roc F.pkl [G.pkl ...]
 
 docs/replay.md, "Round 6", has the figures.
 """
@@ -30,7 +32,8 @@ from vecsched.snapshot.schema import IMAGE
 
 K = 9  # futures per family, the plain one included
 FAMILIES = {"A": dict(rate_spread=0.25, churn_scale=1.0, speed_noise=0.1),
-            "B": dict(rate_spread=0.5, churn_scale=3.0, speed_noise=0.2)}
+            "B": dict(rate_spread=0.5, churn_scale=3.0, speed_noise=0.2),
+            "C": dict(rate_spread=0.25, churn_scale=1.0, speed_noise=0.1, burst_per_hour=4.0)}
 STUDIES: list["Members"] = []
 
 
@@ -164,6 +167,8 @@ def rules(paths: Sequence[str], ks: Sequence[int] = (5, 7, 9), shares: Sequence[
                      f"best recall (slack) {best_recall((s.plain_s - s.left).to_numpy(), stalled):.0%}; "
                      f"start within {today[0]:.1%}, p90 err {today[1]:.0f} s")
         for fam in FAMILIES:
+            if f"{fam}1_x" not in g:
+                continue
             for k in ks:
                 names = members_of(fam, k)
                 share = s[[f"{n}_x" for n in names]].to_numpy(bool).mean(axis=1)
@@ -182,6 +187,34 @@ def rules(paths: Sequence[str], ks: Sequence[int] = (5, 7, 9), shares: Sequence[
     return "\n".join(lines)
 
 
+def auc(score: np.ndarray, stalled: np.ndarray) -> float:
+    """Area under the ROC curve of ``score`` (ties count half): the chance a stall outranks a non-stall."""
+    ranks = pd.Series(score).rank(method="average").to_numpy()
+    n1, n0 = int(stalled.sum()), int((~stalled).sum())
+    return float((ranks[stalled].sum() - n1 * (n1 + 1) / 2) / max(n1 * n0, 1))
+
+
+def roc(paths: Sequence[str], k: int = K) -> str:
+    """Per scenario and seed set: best recall at FPR <= 10% and AUC of the single replay's slack and of each family's score."""
+    f = pd.concat([frame(p) for p in paths], ignore_index=True)
+    lines = ["| scenario | seeds | stalls / requests | single replay: best recall, AUC | "
+             + " | ".join(f"{fam} ({k} futures)" for fam in FAMILIES) + " |", "|---|---|---|---|" + "---|" * len(FAMILIES)]
+    for (scenario, seeds), g in f[f.stalled.notna()].groupby(["scenario", "set"]):
+        y = g.stalled.to_numpy(bool)
+        cells = [_roc((g.plain_s - g.left).to_numpy(), y)]
+        for fam in FAMILIES:
+            names = members_of(fam, k)
+            share = g[[f"{n}_x" for n in names]].to_numpy(bool).mean(axis=1)
+            slack = np.median(g[[f"{n}_s" for n in names]].to_numpy() - g.left.to_numpy()[:, None], axis=1)
+            cells.append(_roc(share + 1e-6 * np.clip(slack, -1e5, 1e5), y))
+        lines.append(f"| {scenario} | {seeds} | {y.sum()} / {len(y)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _roc(score: np.ndarray, y: np.ndarray) -> str:
+    return f"{best_recall(score, y):.0%}, {auc(np.nan_to_num(score, posinf=1e9), y):.2f}"
+
+
 def _psig(pred: np.ndarray, stalled: np.ndarray) -> str:
     p, r, fpr = signal(pred, stalled)
     return f"{p:.0%}/{r:.0%}/{fpr:.0%}"
@@ -196,13 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     go.add_argument("--minutes", type=float, default=10.0)
     go.add_argument("--seed", type=int, action="append")
     go.add_argument("--dump", required=True)
-    study = sub.add_parser("rules")
-    study.add_argument("dumps", nargs="+")
+    for name in ("rules", "roc"):
+        sub.add_parser(name).add_argument("dumps", nargs="+")
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args.scenario, args.minutes, args.seed or [0], args.dump)
     else:
-        print(rules(args.dumps))
+        print((rules if args.command == "rules" else roc)(args.dumps))
     return 0
 
 

@@ -10,16 +10,17 @@ document with the calibrated series beside the plain ones, under the name
 job learns from its pairs (:func:`vecsched.core.calibration.cancel_hazards`),
 is likewise taken from the other seeds' runs (seed + 1 for a single seed).
 
-    python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR
+    python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR [--set spread=1,9]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -131,7 +132,8 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
 
 
 def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None,
-                views: Sequence[Callable[[Any], Any]] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                views: Sequence[Callable[[Any], Any]] = (),
+                changes: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
@@ -140,6 +142,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
     ``views``: functions making, from each seed's replay settings, a further
     estimator registered beside the replay for that run (another view of the
     future); their first forecasts go into the dump (``views`` of each row).
+    ``changes``: ``ReplaySettings`` fields to set (the command line's ``--set``).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
@@ -156,7 +159,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
             # Cancellations as the job learns them from its pairs, here from other seeds' runs.
             others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
             learned = tuple(float(np.mean(h)) for h in zip(*others))
-            settings = replace(ReplaySettings(), cancel_hazard=learned)
+            settings = replace(ReplaySettings(), **(changes or {}), cancel_hazard=learned)
             register(DispatchReplayV1(settings=settings))
             extra = [register(view(settings)) for view in views]
             sightings = _Sightings([v.name for v in extra])
@@ -205,8 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, action="append")
     parser.add_argument("-o", "--output")
     parser.add_argument("--dump", help="pickle of the plain pairs and first forecasts (for rescoring)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a ReplaySettings field, as a Python literal (e.g. spread=1,9)")
     args = parser.parse_args(argv)
-    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump)
+    changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
+    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).
