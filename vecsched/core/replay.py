@@ -347,7 +347,6 @@ def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, ho
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     age = snapshot.now - snapshot.requests.created[snap_rows]
     recent = np.flatnonzero(age <= window)
-    # copy k arrives at k*spacing - age
     take, shift = _copy_times(-age[recent], horizon, settings)
     return recent[take], shift
 
@@ -536,14 +535,14 @@ def _count(of: tuple[int, ...], gentype: int) -> int:
 
 
 def _horizon(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
-             settings: ReplaySettings) -> tuple[float, np.ndarray, np.ndarray]:
-    """The replay's horizon (the latest deadline of a reachable unstarted request), whether each row has started, eligible sets."""
+             settings: ReplaySettings) -> tuple[float, np.ndarray]:
+    """The replay's horizon (the latest deadline of a reachable unstarted request), and whether each row has started."""
     rows = queue.rows
     set_of = queue.eligible_sets()[0]
     # pandas hashes the ids; np.isin on object arrays compares them pairwise.
     started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
     deadlines = np.where(started, 0.0, inp.seconds_left[rows])[set_of >= 0]
-    return float(min(settings.max_horizon, deadlines.max(initial=0.0))), started, set_of
+    return float(min(settings.max_horizon, deadlines.max(initial=0.0))), started
 
 
 def churn_rate(snapshot: Any, gentype: int, settings: ReplaySettings) -> float:
@@ -622,7 +621,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     rows = queue.rows
     set_of, masks, _ = queue.eligible_sets()
     worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
-    horizon, started, _ = _horizon(snapshot, inp, queue, snap_rows, settings)
+    horizon, started = _horizon(snapshot, inp, queue, snap_rows, settings)
     reachable = set_of >= 0
     settings = replace(settings, arrival_rate=settings.arrival_rate * future.rate, bursts=settings.bursts + future.bursts)
     mine = snap_rows[rows]
@@ -679,7 +678,7 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
 def spread_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
                    settings: ReplaySettings) -> ReplayResult:
     """The replays of :func:`futures`, one per future: per row the ``spread_quantile`` of their starts and completions (None: the first's), and a stall where at least ``stall_share`` of them stall."""
-    worker_rows, _, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
+    threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)[2]
     horizon = _horizon(snapshot, inp, queue, snap_rows, settings)[0]
     age = snapshot.now - snapshot.requests.created[snap_rows[queue.rows]]
     every = futures(snapshot, queue.gentype, settings, threads, int((age <= settings.arrival_window).sum()), horizon)
