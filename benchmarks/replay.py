@@ -1,11 +1,12 @@
 """dispatch-replay-v1 beside the SPEC 3-6 estimate on one synthetic horde (docs/replay.md).
 
-    PYTHONPATH=$PWD python benchmarks/replay.py [WORKERS] [REQUESTS] [RUNS]
+    PYTHONPATH=$PWD python benchmarks/replay.py [WORKERS] [REQUESTS] [RUNS] [IMAGE_FUTURES]
 
 Runs :func:`vecsched.estimate` with only the replay registered, so the
 ``forecasts`` stage is the replay alone (eligible sets included); the other
 stages are SPEC sections 3 to 6. The first run may include numba's compile
-or cache load.
+or cache load. ``IMAGE_FUTURES``: the replay's ``spread`` for image (default:
+the setting's default; docs/replay.md, "Round 6").
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from vecsched.core import forecasts as F
 from vecsched.core import replay as RP
 
 
-def main(workers: int = 2000, requests: int = 50000, runs: int = 3) -> None:
+def main(workers: int = 2000, requests: int = 50000, runs: int = 3, image_futures: int = 0) -> None:
     """Print one line per run: SPEC 3-6 seconds, replay seconds, their ratio."""
     snapshot = synthetic.horde(workers=workers, requests=requests, seed=0)
     saved = dict(F.ESTIMATORS)
     F.ESTIMATORS.clear()
     RP.enable()
+    if image_futures:
+        F.register(RP.DispatchReplayV1(settings=RP.ReplaySettings(spread=(1, image_futures))))
     try:
         for run in range(runs):
             t = time.perf_counter()
@@ -40,4 +43,4 @@ def main(workers: int = 2000, requests: int = 50000, runs: int = 3) -> None:
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:4]))
+    main(*(int(a) for a in sys.argv[1:5]))

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import vecsched
@@ -32,8 +32,8 @@ def _replay_registered():
 
 NOW = "2026-11-29T12:00:00Z"
 def _settings(**changes: Any) -> RP.ReplaySettings:
-    """Replay settings without the served and calm views (weights 0): the plain replay the scalar reference replays."""
-    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), **changes})
+    """Replay settings without the served and calm views (weights 0) and one future: the plain replay the scalar reference replays."""
+    return RP.ReplaySettings(**{"served_view": (0.0, 0.0), "calm_view": (0.0, 0.0), "spread": (1, 1), **changes})
 
 
 PLAIN = _settings(arrival_window=0.0, poll=3.0, overhead=0.0)
@@ -555,3 +555,125 @@ def test_p50s_blend_in_the_calm_view_without_repeated_arrivals() -> None:
     got = _replay(doc, replace(repeated, calm_view=(0.25, 0.0)))
     assert [got[r]["start_p50"] for r in ("late", "new", "tail")] == pytest.approx([100.0, 475.0, 650.0])
     assert RP.ReplaySettings().calm_view == (0.0, 0.25)  # image only by default
+
+
+# -- a spread of futures (round 6) ------------------------------------------------------------
+
+
+def test_one_future_is_the_plain_replay_and_the_first_future_is_unperturbed() -> None:
+    doc = _doc([_worker("A", ["m"], speed=1.0), _worker("B", ["m"], speed=2.0, threads=2)],
+               [_request("late", ["m"], 150, n=3, length=100), _request("new", ["m"], 100, length=100),
+                _request("tail", ["m"], 50, length=100), _request("vip", ["m"], 10, length=100, priority=10_000)])
+    repeated = _settings(arrival_window=300.0, poll=3.0, overhead=0.0, aging_per_second=5.0)
+    plain = _replay(doc, repeated)
+    assert _replay(doc, replace(repeated, spread=(1, 1))) == plain
+    assert _replay(doc, replace(repeated, spread=(7, 7), spread_member=0)) == plain
+    snapshot = vecsched.load_snapshot(doc)
+    assert RP.futures(snapshot, TEXT, replace(repeated, spread=(1, 1)), np.ones(2, dtype=np.int64), 4, 900.0) == [RP.Future()]
+
+
+def _churning_horde() -> dict:
+    """Twelve text workers, three of them silent for 200 s (left lately), and a queue with recent arrivals."""
+    workers = [_worker(f"w{k}", ["m"], speed=5.0 + k, threads=1 + k % 2) for k in range(12)]
+    for w in workers[:3]:
+        w["last_check_in"] = _t(-200)
+    requests = [_request(f"r{k}", ["m"], 10 * k + 5, length=400, life=600.0, priority=k % 3) for k in range(30)]
+    return _doc(workers, requests)
+
+
+def test_the_futures_are_a_function_of_the_snapshot() -> None:
+    doc = _churning_horde()
+    s = _settings(arrival_window=150.0, spread=(7, 7))
+    a, b = (RP.futures(vecsched.load_snapshot(doc), TEXT, s, np.arange(12) % 3, 20, 600.0) for _ in range(2))
+    assert len(a) == 7 and a[0] == RP.Future()
+    for x, y in zip(a[1:], b[1:]):
+        assert x.rate == y.rate and np.array_equal(x.gone, y.gone) and np.array_equal(x.join_at, y.join_at)
+        assert np.array_equal(x.join_worker, y.join_worker) and np.array_equal(x.speed, y.speed)
+    # Some worker leaves in some future (3 of 12 left lately), and rates straddle 1.
+    assert any(np.isfinite(f.gone).any() for f in a[1:])
+    assert min(f.rate for f in a[1:]) < 1.0 < max(f.rate for f in a[1:])
+    assert RP.churn_rate(vecsched.load_snapshot(doc), TEXT, s) == pytest.approx(3 / (180.0 * 9))
+    assert _replay(doc, s) == _replay(doc, s)
+
+
+def _two_requests_one_worker() -> dict:
+    # A (1 tok/s) runs x 0-100 s; y (expires at 150 s) starts at 100 s, unless A leaves before.
+    # The horizon is x's expiry, 180 s.
+    return _doc([_worker("A", ["m"], speed=1.0)],
+                [_request("x", ["m"], 20, length=100, life=200.0), _request("y", ["m"], 10, length=100, life=160.0)])
+
+
+def test_the_stall_is_the_share_of_futures_in_which_the_request_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Five futures; in two of them A leaves at 50 s, so its thread, free at 100 s, takes nothing more
+    # and y never starts (its start: the horizon, 180 s). Median start 100 s; a stall share 2/5.
+    stays, leaves = RP.Future(), RP.Future(gone=np.array([50.0]))
+    monkeypatch.setattr(RP, "futures", lambda *a, **k: [stays, leaves, stays, leaves, stays])
+    doc = _two_requests_one_worker()
+    base = _settings(arrival_window=0.0, poll=3.0, overhead=0.0, spread=(5, 5), stall_margin=(0.0, 0.0),
+                     spread_quantile=0.5)
+    gone = _replay(doc, replace(base, spread_member=1))
+    assert gone["y"]["predicted_stall"] and gone["y"]["start_p50"] == 180.0
+    at_40 = _replay(doc, replace(base, stall_share=0.4))
+    assert at_40["y"]["predicted_stall"] and not at_40["x"]["predicted_stall"]
+    assert at_40["y"]["start_p50"] == 100.0 and at_40["x"]["start_p50"] == 0.0
+    at_50 = _replay(doc, replace(base, stall_share=0.5))
+    assert not at_50["y"]["predicted_stall"]
+    # The 0.8 quantile of the starts is a future where y never starts.
+    assert _replay(doc, replace(base, spread_quantile=0.8))["y"]["start_p50"] == 180.0
+    # Without a quantile the p50s are the first future's (the plain replay, in :func:`RP.futures`).
+    monkeypatch.setattr(RP, "futures", lambda *a, **k: [leaves, stays, stays])
+    assert _replay(doc, replace(base, spread_quantile=None))["y"]["start_p50"] == 180.0
+
+
+def test_a_thread_that_joins_takes_the_next_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A second thread of A's kind joins at 20 s and takes y at once.
+    joined = RP.Future(join_at=np.array([20.0]), join_worker=np.array([0]))
+    monkeypatch.setattr(RP, "futures", lambda *a, **k: [RP.Future(), joined])
+    got = _replay(_two_requests_one_worker(), _settings(arrival_window=0.0, poll=3.0, overhead=0.0, spread=(2, 2),
+                                                        spread_member=1))
+    assert got["y"]["start_p50"] == 20.0 and got["y"]["completion_p50"] == 120.0
+
+
+def _silenced(doc: dict, wid: str) -> dict:
+    out = json.loads(json.dumps(doc))
+    for w in out["workers"]:
+        if w["id"] == wid:
+            w["last_check_in"] = _t(-200)
+    return out
+
+
+def _leaves_at_once(wid: str) -> Any:
+    def futures(snapshot: Any, gentype: int, settings: RP.ReplaySettings, *rest: Any) -> list[RP.Future]:
+        rows = RP._worker_columns(snapshot, gentype, settings.absent_after)[0]
+        gone = np.where(snapshot.workers.id[rows].astype(str) == wid, 0.0, np.inf)
+        return [RP.Future(), RP.Future(gone=gone)]
+    return futures
+
+
+def _check_leaving(data: st.DataObject) -> None:
+    doc = data.draw(hordes(max_workers=5, max_requests=10))
+    online = [w["id"] for w in doc["workers"] if w.get("last_check_in", NOW) >= _t(-120)]
+    assume(online)
+    wid = data.draw(st.sampled_from(online))
+    note(json.dumps(doc))
+    s = _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0, absent_after=120.0)
+    original = RP.futures
+    RP.futures = _leaves_at_once(wid)
+    try:
+        got = _replay(doc, replace(s, spread=(2, 2), spread_member=1))
+    finally:
+        RP.futures = original
+    assert got == _replay(_silenced(doc, wid), s)
+
+
+@REPLAYS
+@given(data=st.data())
+def test_a_worker_that_leaves_at_once_is_a_worker_that_has_left(data: st.DataObject) -> None:
+    _check_leaving(data)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_compiled_loop_drops_the_threads_of_a_worker_that_left(compiled_loop: None, data: st.DataObject) -> None:
+    _check_leaving(data)

@@ -18,7 +18,10 @@ See docs/replay.md.
 
 from __future__ import annotations
 
+import math
+import zlib
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Any, Mapping
 
 import numpy as np
@@ -83,6 +86,26 @@ class ReplaySettings:
     arrivals (``arrival_window`` 0) in the same blend. Image 0.25 by default:
     repeating the window is one draw of the future, and the calm one errs the
     other way; 0: none. Stall predictions are always this replay's.
+    ``arrival_rate``: the repeated arrivals come this many times as often
+    (copies every ``arrival_window / arrival_rate`` seconds; 0: none).
+    ``bursts``: (start, end) seconds from now within which arrivals run
+    ``burst_factor`` times that rate. A perturbed future of ``spread`` draws
+    its own: ``burst_per_hour`` starts (Poisson), each lasting a uniform
+    ``burst_minutes``.
+    ``spread``: per gentype code, how many futures to replay (docs/replay.md,
+    "Round 6"): the first is this replay, the others perturb it (arrival rate
+    scaled by its sampling uncertainty widened by ``rate_spread``, workers
+    leaving and joining at the measured churn times ``churn_scale``, each
+    worker's speed scaled by a lognormal of ``speed_noise``), drawn from a
+    seed derived from the snapshot. Start and completion p50s are the
+    per-request ``spread_quantile`` of the futures (None: the plain
+    replay's), and a request is a predicted stall when it stalls in at least
+    ``stall_share`` of them. 1 (the default): the single replay. The other
+    defaults (9 image futures, a stall in 2 of them, p50s the plain
+    replay's) were chosen on the simulator's tuning seeds, but on full-length
+    runs that point flags too many image requests, so the spread is off
+    (docs/replay.md, "Round 6").
+    ``spread_member``: run only that future (a study view).
     """
 
     arrival_window: float = 150.0
@@ -100,6 +123,18 @@ class ReplaySettings:
     served_peers: tuple[int, ...] = ()
     served_view: tuple[float, ...] = (0.4, 0.0)
     calm_view: tuple[float, ...] = (0.0, 0.25)
+    arrival_rate: float = 1.0
+    bursts: tuple[tuple[float, float], ...] = ()
+    burst_factor: float = 3.0
+    burst_per_hour: float = 0.0
+    burst_minutes: tuple[float, float] = (2.0, 8.0)
+    spread: tuple[int, ...] = (1, 1)
+    rate_spread: float = 0.5
+    churn_scale: float = 3.0
+    speed_noise: float = 0.2
+    spread_quantile: float | None = None
+    stall_share: float = 0.2
+    spread_member: int = -1
 
 
 def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
@@ -120,7 +155,7 @@ def served_view(settings: ReplaySettings, gentype: int) -> ReplaySettings:
         return tuple(sorted({*codes, gentype}))
 
     return replace(settings, served_arrivals=plus(settings.served_arrivals), served_peers=plus(settings.served_peers),
-                   measured_timing=plus(settings.measured_timing), served_view=(), calm_view=())
+                   measured_timing=plus(settings.measured_timing), served_view=(), calm_view=(), spread=())
 
 
 def _views(settings: ReplaySettings, gentype: int) -> list[tuple[float, ReplaySettings]]:
@@ -129,7 +164,7 @@ def _views(settings: ReplaySettings, gentype: int) -> list[tuple[float, ReplaySe
         return of[gentype] if gentype < len(of) else 0.0
 
     views = [(weight(settings.served_view), served_view(settings, gentype)),
-             (weight(settings.calm_view), replace(settings, arrival_window=0.0, served_view=(), calm_view=()))]
+             (weight(settings.calm_view), replace(settings, arrival_window=0.0, served_view=(), calm_view=(), spread=()))]
     return [(w, v) for w, v in views if w > 0]
 
 
@@ -304,19 +339,39 @@ def leave_times(arrival: np.ndarray, deadline: np.ndarray, hazard: float) -> np.
 def _arrivals(snap_rows: np.ndarray, snapshot: Any, settings: ReplaySettings, horizon: float) -> tuple[np.ndarray, ...]:
     """The recent arrivals (waiting requests created within the window) repeated forward every window.
 
-    Returns (template index, copy number k >= 1) per future request: copy k
-    arrives ``k`` windows after its template did.
+    Returns (template index, shift) per future request: the copy arrives
+    ``shift`` seconds after its template did (:func:`_copy_times`).
     """
     window = settings.arrival_window
-    if window <= 0 or len(snap_rows) == 0:
+    if window <= 0 or settings.arrival_rate <= 0 or len(snap_rows) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     age = snapshot.now - snapshot.requests.created[snap_rows]
     recent = np.flatnonzero(age <= window)
-    copies = np.floor((horizon + age[recent]) / window).astype(np.int64)  # copy k arrives at k*window - age
-    template = np.repeat(recent, copies)
-    first = np.cumsum(copies) - copies
-    k = np.arange(len(template)) - np.repeat(first, copies) + 1
-    return template, k
+    take, shift = _copy_times(-age[recent], horizon, settings)
+    return recent[take], shift
+
+
+def _copy_times(created: np.ndarray, horizon: float, settings: ReplaySettings) -> tuple[np.ndarray, np.ndarray]:
+    """Future copies of requests created at ``created`` (seconds from now, within the window): (template, shift).
+
+    Copy k of a template arrives ``k * arrival_window / arrival_rate`` seconds
+    after it (k >= 1, from now to the horizon); within each burst of
+    ``bursts`` (start, end), a second stream of copies comes ``burst_factor -
+    1`` times as often, so arrivals run ``burst_factor`` times the rate there.
+    """
+    streams = [(0.0, horizon, settings.arrival_rate)]
+    streams += [(a, min(b, horizon), settings.arrival_rate * (settings.burst_factor - 1.0)) for a, b in settings.bursts]
+    takes, shifts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+    for lo, hi, rate in streams:
+        if rate <= 0 or hi < lo:
+            continue
+        spacing = settings.arrival_window / rate
+        first = np.maximum(1, np.ceil((lo - created) / spacing)).astype(np.int64)
+        n = (np.floor((hi - created) / spacing).astype(np.int64) - first + 1).clip(min=0)
+        takes.append(np.repeat(np.arange(len(created)), n))
+        k = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n) + np.repeat(first, n)
+        shifts.append(k * spacing)
+    return np.concatenate(takes), np.concatenate(shifts)
 
 
 def _no_served() -> dict[str, np.ndarray]:
@@ -334,7 +389,7 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     """
     window = settings.arrival_window
     d = snapshot.dispatches
-    if gentype not in settings.served_arrivals or window <= 0 or not len(d):
+    if gentype not in settings.served_arrivals or window <= 0 or settings.arrival_rate <= 0 or not len(d):
         return _no_served(), np.zeros(0, dtype=np.int64)
     created = d.request_created.astype(np.float64) - snapshot.now
     at = d.dispatched_at.astype(np.float64) - snapshot.now
@@ -345,10 +400,7 @@ def _served(snapshot: Any, gentype: int, worker_ids: np.ndarray, waiting_ids: np
     # What the request's priority would be now, had it waited: aging continued since its pop.
     priority = d.request_extra_priority.astype(np.float64)[keep] - settings.aging_per_second * at
     work = d.assigned_work.astype(np.float64)[keep] * (1.0 if gentype == TEXT else 1e6)
-    copies = np.floor((horizon - created) / window).astype(np.int64).clip(min=0)
-    k = np.arange(copies.sum()) - np.repeat(np.cumsum(copies) - copies, copies) + 1
-    take = np.repeat(np.arange(len(created)), copies)
-    shift = k * window
+    take, shift = _copy_times(created, horizon, settings)
     arrival = created[take] + shift
     columns = {"priority": priority[take] - settings.aging_per_second * shift, "created": arrival,
                "output": work[take], "deadline": arrival + life, "set_of": first_set + worker[take]}
@@ -385,8 +437,7 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     r = snapshot.requests
     mine = snap_rows[rows]
     age = snapshot.now - r.created[mine]
-    template, k = _arrivals(mine, snapshot, settings, horizon)
-    shift = k * settings.arrival_window
+    template, shift = _arrivals(mine, snapshot, settings, horizon)
     priority = np.concatenate([r.extra_priority[mine].astype(np.float64),
                                r.extra_priority[mine[template]] - settings.aging_per_second * shift])
     created = np.concatenate([-age, shift - age[template]])
@@ -459,23 +510,120 @@ def _queues(q: _Queue, masks: np.ndarray, priority_users: list[tuple[str, ...]])
 
 
 
+@dataclass(frozen=True)
+class Future:
+    """How one replayed future departs from the plain replay (:func:`futures`); the default is the plain one.
+
+    ``rate``: factor on the arrival rate (``ReplaySettings.arrival_rate``).
+    ``gone``: per usable worker (the order of :func:`_worker_columns`), seconds
+    until it leaves. ``join_at``/``join_worker``: one entry per thread that
+    joins, when, and the worker whose column and speed it takes (a newcomer
+    like that one). ``speed``: per worker, a factor on its speed. ``bursts``:
+    as ``ReplaySettings.bursts``.
+    """
+
+    rate: float = 1.0
+    gone: np.ndarray | None = None
+    join_at: np.ndarray | None = None
+    join_worker: np.ndarray | None = None
+    speed: np.ndarray | None = None
+    bursts: tuple[tuple[float, float], ...] = ()
+
+
+def _count(of: tuple[int, ...], gentype: int) -> int:
+    return int(of[gentype]) if gentype < len(of) else 1
+
+
+def _horizon(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+             settings: ReplaySettings) -> tuple[float, np.ndarray]:
+    """The replay's horizon (the latest deadline of a reachable unstarted request), and whether each row has started."""
+    rows = queue.rows
+    set_of = queue.eligible_sets()[0]
+    # pandas hashes the ids; np.isin on object arrays compares them pairwise.
+    started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
+    deadlines = np.where(started, 0.0, inp.seconds_left[rows])[set_of >= 0]
+    return float(min(settings.max_horizon, deadlines.max(initial=0.0))), started
+
+
+def churn_rate(snapshot: Any, gentype: int, settings: ReplaySettings) -> float:
+    """Departures per present worker per second of ``gentype``, from the workers that went silent lately.
+
+    A worker silent for more than ``absent_after`` seconds but still counted
+    online (``rules.ONLINE_WINDOW_SECONDS``) left within the last
+    ``ONLINE_WINDOW_SECONDS - absent_after`` seconds (as :func:`_worker_columns` takes it).
+    """
+    after = settings.absent_after if settings.absent_after is not None else 120.0
+    span = rules.ONLINE_WINDOW_SECONDS - after
+    w = snapshot.workers
+    silent = snapshot.now - w.last_check_in
+    mine = (w.gentype == gentype) & ~w.paused
+    present = int((mine & (silent <= after)).sum())
+    left = int((mine & (silent > after) & (silent <= rules.ONLINE_WINDOW_SECONDS)).sum())
+    return left / (span * present) if span > 0 and present > 0 else 0.0
+
+
+def _seed(snapshot: Any, gentype: int) -> int:
+    """A seed that is a function of the snapshot alone: the same snapshot replays the same futures."""
+    r = snapshot.requests
+    key = np.array([snapshot.now, gentype, len(r.id), len(snapshot.workers.id)], dtype=np.float64).tobytes()
+    return zlib.crc32(key + "\x00".join(map(str, r.id[-64:].tolist())).encode())
+
+
+def futures(snapshot: Any, gentype: int, settings: ReplaySettings, threads: np.ndarray, arrivals: int,
+            horizon: float) -> list[Future]:
+    """The ``spread`` futures of ``gentype`` to replay: the plain one, then perturbed ones.
+
+    The arrival rate of future j is scaled by ``exp(z_j * sd)``, the z_j the
+    normal quantiles at evenly spaced levels (in an order drawn from the seed),
+    ``sd`` the relative sampling error of ``arrivals`` recent arrivals widened
+    by ``rate_spread``. Each present worker (``threads`` > 0) leaves after an
+    exponential time at the measured :func:`churn_rate` (times ``churn_scale``),
+    and as many newcomers are expected to join (copies of present workers, at
+    uniform times). Every draw comes from :func:`_seed`.
+    """
+    k = _count(settings.spread, gentype)
+    out = [Future()]
+    if k <= 1:
+        return out
+    rng = np.random.default_rng(_seed(snapshot, gentype))
+    hazard = churn_rate(snapshot, gentype, settings) * settings.churn_scale
+    sd = math.sqrt(1.0 / max(arrivals, 1) + settings.rate_spread ** 2)
+    z = rng.permutation([NormalDist().inv_cdf((j + 0.5) / (k - 1)) for j in range(k - 1)])
+    present = np.flatnonzero(threads > 0)
+    n = len(threads)
+    for j in range(k - 1):
+        gone = np.full(n, np.inf)
+        joins = 0
+        if hazard > 0 and len(present):
+            gone[present] = rng.exponential(1.0 / hazard, len(present))
+            joins = int(rng.poisson(hazard * len(present) * max(horizon, 0.0)))
+        source = rng.choice(present, joins) if joins else np.zeros(0, dtype=np.int64)
+        at = rng.uniform(0.0, max(horizon, 0.0), joins)
+        speed = np.exp(settings.speed_noise * rng.standard_normal(n))
+        starts = rng.uniform(0.0, max(horizon, 0.0), rng.poisson(settings.burst_per_hour * max(horizon, 0.0) / 3600.0))
+        lasts = 60.0 * rng.uniform(*settings.burst_minutes, len(starts))
+        out.append(Future(rate=float(np.exp(z[j] * sd)), gone=gone, join_at=np.repeat(at, threads[source]),
+                          join_worker=np.repeat(source, threads[source]).astype(np.int64), speed=speed,
+                          bursts=tuple((float(a), float(a + d)) for a, d in zip(starts, lasts))))
+    return out
+
+
 def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
-                   settings: ReplaySettings = ReplaySettings()) -> ReplayResult:
+                   settings: ReplaySettings = ReplaySettings(), future: Future = Future()) -> ReplayResult:
     """Replay one gentype's dispatch; first assignment, completion and stall per row of ``queue.rows``.
 
     ``snap_rows`` maps the estimate's requests to snapshot rows. A request no
     thread can take has no start (NaN) and a stall unless a job of it is in
     flight; one that expires in the replay keeps, as its start, the time a
-    thread first found it expired.
+    thread first found it expired. ``future``: the perturbations of this
+    replay (:func:`futures`); by default none.
     """
     rows = queue.rows
     set_of, masks, _ = queue.eligible_sets()
     worker_rows, speed, threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)
-    # pandas hashes the ids; np.isin on object arrays compares them pairwise.
-    started = pd.Index(snapshot.requests.id[snap_rows[rows]]).isin(pd.Index(snapshot.jobs.request_id))
+    horizon, started = _horizon(snapshot, inp, queue, snap_rows, settings)
     reachable = set_of >= 0
-    deadlines = np.where(started, 0.0, inp.seconds_left[rows])[reachable]
-    horizon = float(min(settings.max_horizon, deadlines.max(initial=0.0)))
+    settings = replace(settings, arrival_rate=settings.arrival_rate * future.rate, bursts=settings.bursts + future.bursts)
     mine = snap_rows[rows]
     lives = snapshot.requests.expiry[mine] - snapshot.requests.created[mine]
     served, served_worker = _served(snapshot, queue.gentype, snapshot.workers.id[worker_rows],
@@ -485,13 +633,19 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
         masks, served["set_of"] = _served_sets(snapshot, worker_rows, masks, served_worker,
                                                queue.gentype in settings.served_peers)
     speed, overhead = _measured_timing(snapshot, snapshot.workers.id[worker_rows], speed, queue.gentype, settings)
+    if future.speed is not None:
+        speed = speed * future.speed
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
         q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
+    if future.join_at is not None:
+        free_at = np.concatenate([free_at, future.join_at])
+        thread_worker = np.concatenate([thread_worker, future.join_worker])
+    gone = future.gone if future.gone is not None else np.full(len(speed), np.inf)
     start, done, turn, left, gave_up = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
-        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead)
+        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead, gone)
     k = q.rank_of_row
     s, c = start[k], done[k]
     never = s < 0
@@ -521,10 +675,34 @@ def _near_expiry(start: np.ndarray, inp: ForecastInputs, queue: GentypeQueue, se
     return start >= inp.seconds_left[queue.rows] - margin / threads
 
 
+def spread_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
+                   settings: ReplaySettings) -> ReplayResult:
+    """The replays of :func:`futures`, one per future: per row the ``spread_quantile`` of their starts and completions (None: the first's), and a stall where at least ``stall_share`` of them stall."""
+    threads = _worker_columns(snapshot, queue.gentype, settings.absent_after)[2]
+    horizon = _horizon(snapshot, inp, queue, snap_rows, settings)[0]
+    age = snapshot.now - snapshot.requests.created[snap_rows[queue.rows]]
+    every = futures(snapshot, queue.gentype, settings, threads, int((age <= settings.arrival_window).sum()), horizon)
+    if settings.spread_member >= 0:  # one future alone (a study view)
+        every = every[settings.spread_member: settings.spread_member + 1]
+    results = [replay_gentype(snapshot, inp, queue, snap_rows, settings, f) for f in every]
+    if len(results) == 1:
+        return results[0]
+    start = np.stack([r.start for r in results])
+    completion = np.stack([r.completion for r in results])
+    share = np.mean([r.stall for r in results], axis=0)
+    q = settings.spread_quantile
+    if q is None:  # the p50s stay the plain replay's
+        return ReplayResult(start=results[0].start, completion=results[0].completion, stall=share >= settings.stall_share)
+    # A NaN (no eligible thread; unknown speed) is the same in every future, so it stays NaN.
+    return ReplayResult(start=np.quantile(start, q, axis=0, method="inverted_cdf"),
+                        completion=np.quantile(completion, q, axis=0, method="inverted_cdf"),
+                        stall=share >= settings.stall_share)
+
+
 def _blended(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows: np.ndarray,
              settings: ReplaySettings) -> ReplayResult:
-    """:func:`replay_gentype`, its p50s blended with its views' (:func:`_views`); stalls its own."""
-    result = replay_gentype(snapshot, inp, queue, snap_rows, settings)
+    """:func:`spread_gentype`, its p50s blended with its views' (:func:`_views`); stalls its own."""
+    result = spread_gentype(snapshot, inp, queue, snap_rows, settings)
     start, completion = result.start, result.completion
     for weight, view_settings in _views(settings, queue.gentype):
         view = replay_gentype(snapshot, inp, queue, snap_rows, view_settings)

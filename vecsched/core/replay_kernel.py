@@ -165,7 +165,7 @@ def _pick(w, t, column, cq_ptr, cq, wp_ptr, wp, qkeys, qvals, qbase, qsize, head
 def replay_loop(  # type: ignore[no-untyped-def]
     free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp,
     queue_of, qbase, qcap, jobs, output, arrival, deadline, leave,
-    horizon, poll, overhead,
+    horizon, poll, overhead, gone,
 ):
     """Replay dispatch; per request (first assignment, completion, turn, jobs left, cancelled), -1 where none.
 
@@ -181,7 +181,8 @@ def replay_loop(  # type: ignore[no-untyped-def]
     nothing to take polls again after ``poll`` seconds, or at the next arrival
     when later. The loop ends at ``horizon``. A request that starts before the
     replay (a job in flight) has an infinite deadline: only a first assignment
-    can be missed.
+    can be missed. ``gone`` (per worker): when the worker leaves the horde; a
+    thread of it that frees at or after that takes nothing more (inf: stays).
     """
     n_req = len(jobs)
     n_q = len(qbase)
@@ -214,6 +215,8 @@ def replay_loop(  # type: ignore[no-untyped-def]
         tsize = heap_pop(tkeys, tvals, 0, tsize)
         if t > horizon:
             break
+        if t >= gone[w]:  # its worker has left: the thread is dropped, its job (if any) done
+            continue
         while next_arrival < n_req and arrival[order[next_arrival]] <= t:
             r = order[next_arrival]
             if queue_of[r] >= 0:

@@ -10,16 +10,17 @@ document with the calibrated series beside the plain ones, under the name
 job learns from its pairs (:func:`vecsched.core.calibration.cancel_hazards`),
 is likewise taken from the other seeds' runs (seed + 1 for a single seed).
 
-    python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR
+    python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR [--set spread=1,9]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -103,15 +104,26 @@ def _plain_run(name: Any, minutes: float, seed: int) -> Any:
 
 
 def cancel_hazards(sim: Any) -> tuple[float, ...]:
-    """Per gentype code, cancellations of unstarted requests per second of waiting unstarted, over a whole run."""
+    """Per gentype code, cancellations of unstarted requests per second of waiting unstarted, over a whole run.
+
+    :func:`vecsched.core.calibration.cancel_hazards` (the job's rule), fed
+    the run's requests as pairs: each forecast at its creation, its start,
+    expiry or cancellation, and the run's end; no minimum count.
+    """
+    from types import SimpleNamespace as Pair
+
+    from vecsched.core.calibration import cancel_hazards as from_pairs_of
     from vecsched.snapshot.schema import GENTYPES
 
-    count, exposure = np.zeros(len(GENTYPES)), np.zeros(len(GENTYPES))
+    pairs = [Pair(request_id="", gentype="", phase="end", at=sim.now)]  # the window's end: no forecast of its own
     for r in sim.requests.values():
-        ends = [t for t in (r.started_at, r.cancelled_at, getattr(r, "expired_at", None)) if t is not None]
-        exposure[r.gentype] += max(min(ends, default=sim.now) - r.created, 0.0)
-        count[r.gentype] += r.status == "cancelled" and r.started_at is None
-    return tuple(float(c / e) if e > 0 else 0.0 for c, e in zip(count, exposure))
+        name = GENTYPES[r.gentype]
+        pairs.append(Pair(request_id=r.id, gentype=name, phase="forecast", at=r.created))
+        for phase, at in (("start", r.started_at), ("cancelled", r.cancelled_at),
+                          ("stall", getattr(r, "expired_at", None))):
+            if at is not None:
+                pairs.append(Pair(request_id=r.id, gentype=name, phase=phase, at=at))
+    return tuple(from_pairs_of(pairs, min_cancelled=0))
 
 
 def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
@@ -120,7 +132,8 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
 
 
 def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None,
-                views: Sequence[Callable[[Any], Any]] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                views: Sequence[Callable[[Any], Any]] = (),
+                changes: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
@@ -129,6 +142,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
     ``views``: functions making, from each seed's replay settings, a further
     estimator registered beside the replay for that run (another view of the
     future); their first forecasts go into the dump (``views`` of each row).
+    ``changes``: ``ReplaySettings`` fields to set (the command line's ``--set``).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
@@ -145,7 +159,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
             # Cancellations as the job learns them from its pairs, here from other seeds' runs.
             others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
             learned = tuple(float(np.mean(h)) for h in zip(*others))
-            settings = replace(ReplaySettings(), cancel_hazard=learned)
+            settings = replace(ReplaySettings(), **(changes or {}), cancel_hazard=learned)
             register(DispatchReplayV1(settings=settings))
             extra = [register(view(settings)) for view in views]
             sightings = _Sightings([v.name for v in extra])
@@ -194,8 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, action="append")
     parser.add_argument("-o", "--output")
     parser.add_argument("--dump", help="pickle of the plain pairs and first forecasts (for rescoring)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a ReplaySettings field, as a Python literal (e.g. spread=1,9)")
     args = parser.parse_args(argv)
-    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump)
+    changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
+    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).
