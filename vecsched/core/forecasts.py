@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core.groups import unique_rows, unpack_words
+from vecsched.core.threads import _controller
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
@@ -53,6 +54,8 @@ PRODUCT_COST = 0.05
 SMALL_PRODUCT_COST = 0.4
 # Passes of the sets path over its (asked requests x sets) prefix table.
 SETS_PASSES = 8.0
+# Columns are merged (merged_columns) only when at most this share of them stays distinct.
+MERGE_BELOW = 0.9
 
 
 @dataclass(frozen=True)
@@ -287,7 +290,7 @@ def shared_work_ahead(
     asked = set_of >= 0 if wanted is None else wanted & (set_of >= 0)
     if len(masks) == 0 or not asked.any():
         return out[0], out[1]
-    threads = worker_threads.astype(np.float64)
+    masks, threads = merged_columns(masks, worker_threads)
     order = np.argsort(inp.position[rows], kind="stable")
     # Requests behind the last one asked charge nobody who is asked.
     order = order[: int(np.flatnonzero(asked[order])[-1]) + 1]
@@ -301,6 +304,47 @@ def shared_work_ahead(
     sums = _by_sets if _sets_cost(ranked) <= _blocks_cost(ranked) else _by_blocks
     out[:, order[ranked.asked]] = sums(ranked)
     return out[0], out[1]
+
+
+def merged_columns(masks: np.ndarray, worker_threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sets' columns with workers of equal columns made one, their threads summed (float64).
+
+    T(A_a & A_b) sums the threads of the workers in both sets, so workers that
+    belong to exactly the same sets can be summed first, and workers in no set
+    add nothing: both sums read every column, and fewer columns make them
+    cheaper. The columns are kept as they are unless at most
+    :data:`MERGE_BELOW` of them stay (copying them costs a pass over the sets).
+    Thread sums are whole numbers, exact in double precision.
+
+    Examples
+    --------
+    >>> m = np.array([[1, 1, 0, 0], [0, 0, 1, 0]], dtype=bool)
+    >>> cols, threads = merged_columns(m, np.array([2, 3, 4, 5]))
+    >>> cols.astype(int).tolist(), threads.tolist()
+    ([[0, 1], [1, 0]], [4.0, 5.0])
+    """
+    threads = worker_threads.astype(np.float64)
+    columns = _packed_columns(masks)
+    first, column_of = unique_rows(columns)
+    used = columns[first].any(axis=1)
+    if used.sum() > MERGE_BELOW * masks.shape[1]:
+        return masks, threads
+    merged = np.bincount(column_of, weights=threads, minlength=len(first))
+    return np.take(masks, first[used], axis=1), merged[used]
+
+
+def _packed_columns(masks: np.ndarray) -> np.ndarray:
+    """One row of bytes per column of ``masks`` (its bits over the sets).
+
+    Transposed a slab of sets at a time, small enough to stay in cache: a
+    whole-matrix transpose of the booleans costs several times more.
+    """
+    n_sets, width = masks.shape
+    out = np.zeros((width, -(-n_sets // 8)), dtype=np.uint8)
+    for a in range(0, n_sets, 512):  # a multiple of 8: each slab fills whole bytes
+        slab = np.packbits(np.ascontiguousarray(masks[a : a + 512].T), axis=1)
+        out[:, a // 8 : a // 8 + slab.shape[1]] = slab
+    return out
 
 
 @dataclass(frozen=True)
@@ -375,6 +419,9 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     (a carry), and inside a block the exact products T(A(i) & A(j)) of the asked rows with the block.
 
     Cost: the requests x workers (the carry) plus the asked x block size x workers.
+    Its products are many and small: split over BLAS threads they wait on each
+    other (20x the CPU time at 20,000 x 100,000 with another process on the
+    second core; docs/speed.md, "Forecasts at scale"), so they run on one.
     """
     n, n_asked = len(q.set_of), len(q.asked)
     out = np.zeros((2, n_asked))
@@ -382,18 +429,19 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     size = _block_size(q)
     safe_set = np.maximum(q.set_of, 0)
     bounds = np.searchsorted(q.asked, np.arange(0, n + size, size))
-    for b, first in enumerate(range(0, n, size)):
-        last = min(first + size, n)
-        units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
-        block = q.masks[safe_set[first:last]].astype(np.float64)
-        lo, hi = bounds[b], bounds[b + 1]
-        if hi > lo:
-            local = q.asked[lo:hi] - first
-            mine = block[local] * q.threads  # (asked in block, workers)
-            shared = mine @ block.T  # exact integers
-            shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
-            out[:, lo:hi] = (mine @ carry + shared @ units).T
-        carry += block.T @ units
+    with _controller().limit(limits=1, user_api="blas"):
+        for b, first in enumerate(range(0, n, size)):
+            last = min(first + size, n)
+            units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
+            block = q.masks[safe_set[first:last]].astype(np.float64)
+            lo, hi = bounds[b], bounds[b + 1]
+            if hi > lo:
+                local = q.asked[lo:hi] - first
+                mine = block[local] * q.threads  # (asked in block, workers)
+                shared = mine @ block.T  # exact integers
+                shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
+                out[:, lo:hi] = (mine @ carry + shared @ units).T
+            carry += block.T @ units
     return out
 
 
