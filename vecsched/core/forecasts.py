@@ -28,7 +28,7 @@ estimators here ignore it: their p90 is the provisional rule of SPEC section 8,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -290,7 +290,7 @@ def shared_work_ahead(
     asked = set_of >= 0 if wanted is None else wanted & (set_of >= 0)
     if len(masks) == 0 or not asked.any():
         return out[0], out[1]
-    masks, threads = merged_columns(masks, worker_threads)
+    threads = worker_threads.astype(np.float64)
     order = np.argsort(inp.position[rows], kind="stable")
     # Requests behind the last one asked charge nobody who is asked.
     order = order[: int(np.flatnonzero(asked[order])[-1]) + 1]
@@ -301,8 +301,11 @@ def shared_work_ahead(
         masks=masks,
         threads=threads,
     )
-    sums = _by_sets if _sets_cost(ranked) <= _blocks_cost(ranked) else _by_blocks
-    out[:, order[ranked.asked]] = sums(ranked)
+    if _sets_cost(ranked) <= _blocks_cost(ranked):
+        out[:, order[ranked.asked]] = _by_sets(ranked)
+    else:  # merging columns costs a pass over the sets, small next to the blocks' passes over the requests
+        merged, merged_threads = merged_columns(masks, threads)
+        out[:, order[ranked.asked]] = _by_blocks(replace(ranked, masks=merged, threads=merged_threads))
     return out[0], out[1]
 
 
@@ -311,8 +314,8 @@ def merged_columns(masks: np.ndarray, worker_threads: np.ndarray) -> tuple[np.nd
 
     T(A_a & A_b) sums the threads of the workers in both sets, so workers that
     belong to exactly the same sets can be summed first, and workers in no set
-    add nothing: both sums read every column, and fewer columns make them
-    cheaper. The columns are kept as they are unless at most
+    add nothing: :func:`_by_blocks` reads every column for every request, so
+    fewer columns make it cheaper. The columns are kept as they are unless at most
     :data:`MERGE_BELOW` of them stay (copying them costs a pass over the sets).
     Thread sums are whole numbers, exact in double precision.
 
