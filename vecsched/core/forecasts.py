@@ -28,7 +28,7 @@ estimators here ignore it: their p90 is the provisional rule of SPEC section 8,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
@@ -54,8 +54,6 @@ PRODUCT_COST = 0.05
 SMALL_PRODUCT_COST = 0.4
 # Passes of the sets path over its (asked requests x sets) prefix table.
 SETS_PASSES = 8.0
-# Columns are merged (merged_columns) only when at most this share of them stays distinct.
-MERGE_BELOW = 0.9
 
 
 @dataclass(frozen=True)
@@ -301,53 +299,9 @@ def shared_work_ahead(
         masks=masks,
         threads=threads,
     )
-    if _sets_cost(ranked) <= _blocks_cost(ranked):
-        out[:, order[ranked.asked]] = _by_sets(ranked)
-    else:  # merging columns costs a pass over the sets, small next to the blocks' passes over the requests
-        merged, merged_threads = merged_columns(masks, threads)
-        out[:, order[ranked.asked]] = _by_blocks(replace(ranked, masks=merged, threads=merged_threads))
+    sums = _by_sets if _sets_cost(ranked) <= _blocks_cost(ranked) else _by_blocks
+    out[:, order[ranked.asked]] = sums(ranked)
     return out[0], out[1]
-
-
-def merged_columns(masks: np.ndarray, worker_threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sets' columns with workers of equal columns made one, their threads summed (float64).
-
-    T(A_a & A_b) sums the threads of the workers in both sets, so workers that
-    belong to exactly the same sets can be summed first, and workers in no set
-    add nothing: :func:`_by_blocks` reads every column for every request, so
-    fewer columns make it cheaper. The columns are kept as they are unless at most
-    :data:`MERGE_BELOW` of them stay (copying them costs a pass over the sets).
-    Thread sums are whole numbers, exact in double precision.
-
-    Examples
-    --------
-    >>> m = np.array([[1, 1, 0, 0], [0, 0, 1, 0]], dtype=bool)
-    >>> cols, threads = merged_columns(m, np.array([2, 3, 4, 5]))
-    >>> cols.astype(int).tolist(), threads.tolist()
-    ([[0, 1], [1, 0]], [4.0, 5.0])
-    """
-    threads = worker_threads.astype(np.float64)
-    columns = _packed_columns(masks)
-    first, column_of = unique_rows(columns)
-    used = columns[first].any(axis=1)
-    if used.sum() > MERGE_BELOW * masks.shape[1]:
-        return masks, threads
-    merged = np.bincount(column_of, weights=threads, minlength=len(first))
-    return np.take(masks, first[used], axis=1), merged[used]
-
-
-def _packed_columns(masks: np.ndarray) -> np.ndarray:
-    """One row of bytes per column of ``masks`` (its bits over the sets).
-
-    Transposed a slab of sets at a time, small enough to stay in cache: a
-    whole-matrix transpose of the booleans costs several times more.
-    """
-    n_sets, width = masks.shape
-    out = np.zeros((width, -(-n_sets // 8)), dtype=np.uint8)
-    for a in range(0, n_sets, 512):  # a multiple of 8: each slab fills whole bytes
-        slab = np.packbits(np.ascontiguousarray(masks[a : a + 512].T), axis=1)
-        out[:, a // 8 : a // 8 + slab.shape[1]] = slab
-    return out
 
 
 @dataclass(frozen=True)
@@ -422,9 +376,10 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     (a carry), and inside a block the exact products T(A(i) & A(j)) of the asked rows with the block.
 
     Cost: the requests x workers (the carry) plus the asked x block size x workers.
-    Its products are many and small: split over BLAS threads they wait on each
-    other (20x the CPU time at 20,000 x 100,000 with another process on the
-    second core; docs/speed.md, "Forecasts at scale"), so they run on one.
+    Its products are many and small: split over BLAS threads (the estimate keeps
+    OpenBLAS's default above 1e9 workers x requests) they wait on each other,
+    20x the CPU time at 20,000 x 100,000 with the machine shared (docs/speed.md,
+    "Forecasts at scale"), so they run on one.
     """
     n, n_asked = len(q.set_of), len(q.asked)
     out = np.zeros((2, n_asked))
