@@ -10,8 +10,8 @@ synthetic horde, with five minutes of history (``vecsched.synthetic_history``) o
 ``--no-history``, none (as ``vecsched.estimate(horde(...))`` and the benchmark's stress row run it);
 they take turns, one estimate per turn after one cold estimate. Prints one JSON object: per tree and
 request count the median ``stall`` stage in wall seconds and in CPU seconds of the process (the
-machine is shared: CPU time is the steadier of the two), and per tree the least-squares exponent of
-log(stall) on log(requests), for both.
+machine is shared: CPU time is the steadier of the two), and per tree the exponents of log(stall) on
+log(requests) for both (``benchmarks.__main__.fit_exponent``: all points, upper half, last step).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import statistics
 import sys
 from typing import Any
 
-import numpy as np
-
 if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.__main__ import fit_exponent  # noqa: E402
 from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
@@ -57,17 +56,6 @@ for line in sys.stdin:
 """
 
 
-def exponent(requests: list[int], seconds: list[float]) -> float:
-    """The least-squares slope of log(seconds) on log(requests).
-
-    Examples
-    --------
-    >>> round(exponent([1, 2, 4], [3.0, 12.0, 48.0]), 6)
-    2.0
-    """
-    return float(np.polyfit(np.log(requests), np.log(seconds), 1)[0])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stall_growth", description=__doc__.splitlines()[0])
     parser.add_argument("before")
@@ -92,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, tree in trees.items():
         counts = [r["requests"] for r in rows[name]]
         out[name] = {"tree": tree, "rows": rows[name],
-                     "exponent_wall": round(exponent(counts, [r["stall_s"] for r in rows[name]]), 2),
-                     "exponent_cpu": round(exponent(counts, [r["stall_cpu_s"] for r in rows[name]]), 2)}
+                     "growth_wall": fit_exponent(counts, [r["stall_s"] for r in rows[name]]),
+                     "growth_cpu": fit_exponent(counts, [r["stall_cpu_s"] for r in rows[name]])}
     print(json.dumps(out, indent=1))
     return 0
 
