@@ -204,16 +204,15 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool, arriving: np
     takes = elig.competition
     if takes is None:
         return member, member_of, None, None
-    # Cached properties: present once the eligibility stage read them.
-    formed = {"takeable", "distinct_takeable"} & set(getattr(takes, "__dict__", {}))
-    if formed:
+    cached = set(getattr(takes, "__dict__", {}))  # the cached properties the eligibility stage read
+    class_rows = pack_words(unpack_words(takes.class_rows, takes.n_signatures)[:, arriving])
+    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * class_rows.shape[1]  # takeable_rows' cost
+    if "takeable" not in cached and word_ors <= TAKEABLE_WORD_ORS:
+        signatures = takeable_rows(words[first], class_rows[takes.worker_class])[alike]
+    elif cached & {"takeable", "distinct_takeable"}:
         every, every_of = distinct_rows(takes.takeable[rows], takes.n_signatures)
         takeable, of = distinct_rows(pack_words(every[:, arriving]), len(arriving))
         return member, member_of, takeable, of[every_of]
-    class_rows = pack_words(unpack_words(takes.class_rows, takes.n_signatures)[:, arriving])
-    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * class_rows.shape[1]  # takeable_rows' cost
-    if word_ors <= TAKEABLE_WORD_ORS:
-        signatures = takeable_rows(words[first], class_rows[takes.worker_class])[alike]
     else:  # too many workers x rows x signatures to OR them eight workers at a time: the stage's walk over model keys
         distinct, of = takes.rows_of(class_rows)
         signatures = distinct[of[rows]]

@@ -30,7 +30,7 @@ SWEEP_TABLE_CELLS = 1 << 22  # byte-table entries (items / 8 x 256 x weights) a 
 # Rough costs (ns) of the steps binned_sums weighs: a pair within a bin; a column read for one query
 # (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product;
 # an (item, row) cell of a row sweep (:func:`_row_sweep`), per weight.
-COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12, "sweep": 2.0}
+COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12, "sweep": 1.0}
 MAX_BINS = 1024
 READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
@@ -107,7 +107,7 @@ def binned_sums(
     if n == 0 or e == 0:
         return out
     sets = row_sets(sets)
-    rare = _rare_items(sets.matrix.shape[1], query_row, n_t * n, item_col)
+    rare = _rare_items(sets.matrix.shape[1], query_row, n_t * n, item_col, len(weights))
     if rare.any():  # swept; the others' columns hold more items than a sweep would make rare
         kept = np.flatnonzero(~rare)
         swept = _row_sweep(sets.matrix, query_row, query_x, item_col[rare], item_x[rare], weights[:, rare])
@@ -147,18 +147,18 @@ def binned_sums(
     return out
 
 
-def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.ndarray) -> np.ndarray:
+def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.ndarray, n_weights: int) -> np.ndarray:
     """Which items fall in columns that hold too few items to be worth a column of every query's read.
 
     Kept in the table, a column costs every (query, threshold) a read; swept
     (:func:`_row_sweep`), each of its items costs one cell per distinct queried
-    row. Columns of few items (a signature one request names, as most requests
+    row and weight (a read takes its few weights in one product). Columns of few items (a signature one request names, as most requests
     naming several models have) are cheaper swept: without this their count,
     which grows with the queue, multiplied every query's read.
     """
     per_col = np.bincount(item_col, minlength=n_cols)
     n_rows = len(np.unique(query_row))
-    return per_col[item_col] * n_rows * COSTS["sweep"] < n_reads * COSTS["column"]
+    return per_col[item_col] * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
 
 
 def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,
