@@ -29,7 +29,7 @@ import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility
-from vecsched.core.groups import unique_rows, unpack_words
+from vecsched.core.groups import pack_words, unique_rows, unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums, takeable_rows
 from vecsched.core.stall_sums import (
     RowSets,
@@ -45,11 +45,11 @@ WINDOW_SECONDS = 300.0
 MIN_WINDOW_SECONDS = 120.0
 PAIRS_PER_CHUNK = 1 << 22
 TOP_LEVEL = np.iinfo(np.int64).max  # a priority pass precedes whatever the priority
-# Most word ORs (runs of eight workers x distinct rows x signature words) for which takeable_rows forms the
-# rows' takeable signatures (about 2 ns each; realistic 2,000 x 50,000 image: 31M, 0.06 s against 0.35 s for
-# Takes.takeable). Above it (many workers, or signatures: 20,000 x 1M, adversarial hordes) Takes.takeable's
-# walk over model keys is cheaper.
-TAKEABLE_WORD_ORS = 1 << 27
+# Most word ORs (runs of eight workers x distinct rows x arriving signature words) for which takeable_rows forms
+# the rows' takeable signatures (about 2-4 ns each; realistic 2,000 x 50,000 image: 31M, 0.06 s against 0.35 s
+# for Takes.takeable; 2,000 x 400,000 image: 379M, 1.6 s against 3.2 s). Above it (many workers, or
+# signatures: 20,000 x 1M, adversarial hordes) Takes.takeable's walk over model keys is cheaper.
+TAKEABLE_WORD_ORS = 1 << 29
 
 # Evidence, in the order section 7 tries them; the code is the position.
 EVIDENCE = (
@@ -181,17 +181,19 @@ def distinct_rows(words: np.ndarray, n_cols: int) -> tuple[np.ndarray, np.ndarra
     return unpack_words(words[first], n_cols), of
 
 
-def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.ndarray, ...]:
+def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool, arriving: np.ndarray) -> tuple[np.ndarray, ...]:
     """``(member, member_of, takeable, takeable_of)``: the distinct rows of the ``rows``' eligible workers and takeable signatures.
 
     Rows alike in a matrix share one of its rows: every sum over a row's
     columns is read once for them. Without ``history`` no worker's membership
-    matters (a one-cell matrix). Takeable signatures are read from the
-    eligibility stage when it formed them (text competition does), else ORed
-    from the distinct rows' eligible workers
-    (:func:`~vecsched.core.stall_prefix.takeable_rows`) when that is cheap
-    (:data:`TAKEABLE_WORD_ORS`): forming every row of ``Takes.takeable`` for
-    image cost more than the rest of the stage's image arrivals.
+    matters (a one-cell matrix). Takeable signatures are kept only for the
+    ``arriving`` ones (sorted; those of requests created in the window: no
+    other is read), column ``k`` for ``arriving[k]``, so rows that differ only
+    elsewhere are one. They are read from the eligibility stage when it formed
+    them (text competition does), else ORed from the distinct rows' eligible
+    workers (:func:`~vecsched.core.stall_prefix.takeable_rows`) when that is
+    cheap (:data:`TAKEABLE_WORD_ORS`): forming every row of ``Takes.takeable``
+    for image cost more than the rest of the stage's image arrivals.
     """
     words = membership_words(elig, rows)
     first, alike = unique_rows(np.ascontiguousarray(words))
@@ -202,14 +204,19 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool) -> tuple[np.
     takes = elig.competition
     if takes is None:
         return member, member_of, None, None
-    formed = getattr(takes, "__dict__", {}).get("takeable")  # a cached property: present once the eligibility stage read it
-    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * takes.class_rows.shape[1]  # takeable_rows' cost
-    if formed is None and word_ors <= TAKEABLE_WORD_ORS:
-        signatures = takeable_rows(words[first], takes.class_rows[takes.worker_class])[alike]
-    else:  # formed already, or too many workers x rows x signatures to OR them eight workers at a time
-        signatures = takes.takeable[rows]
-    takeable, takeable_of = distinct_rows(signatures, takes.n_signatures)
-    return member, member_of, takeable, takeable_of
+    cached = set(getattr(takes, "__dict__", {}))  # the cached properties the eligibility stage read
+    class_rows = pack_words(unpack_words(takes.class_rows, takes.n_signatures)[:, arriving])
+    word_ors = -(-len(elig.worker_rows) // 8) * len(first) * class_rows.shape[1]  # takeable_rows' cost
+    if "takeable" not in cached and word_ors <= TAKEABLE_WORD_ORS:
+        signatures = takeable_rows(words[first], class_rows[takes.worker_class])[alike]
+    elif cached & {"takeable", "distinct_takeable"}:
+        every, every_of = distinct_rows(takes.takeable[rows], takes.n_signatures)
+        takeable, of = distinct_rows(pack_words(every[:, arriving]), len(arriving))
+        return member, member_of, takeable, of[every_of]
+    else:  # too many workers x rows x signatures to OR them eight workers at a time: the stage's walk over model keys
+        distinct, of = takes.rows_of(class_rows)
+        signatures = distinct[of[rows]]
+    return member, member_of, *distinct_rows(signatures, len(arriving))
 
 
 def stall(
@@ -248,9 +255,10 @@ def stall(
         ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
         takes = elig.competition
-        member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0)
+        signature, arriving = _arriving_signatures(takes, rq, now)
+        member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0,
+                                                               arriving)
         owners = snapshot.requests.user_id[rq.index]
-        signature = takes.signature if takes is not None else None
         context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
         # Each matrix once with its sparser side compressed, for every sum that reads it.
@@ -280,6 +288,22 @@ def stall(
     out["stall_evidence"] = evidence
     out["might_stall"] = evidence == STALLING
     return out
+
+
+def _arriving_signatures(takes, rq: RequestArrays, now: float) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(signature, arriving)``: the signatures of the requests created in the window (sorted), and each request's
+    place among them (-1 for the others), the columns of :func:`_row_tables`' takeable matrix.
+
+    Only arrivals are read by signature; signatures of no arrival (many requests naming several models have one
+    of their own) would only widen every row. With no arrival one column stands in, never read.
+    """
+    if takes is None:
+        return None, None
+    arrived = (rq.created >= now - WINDOW_SECONDS) & (rq.created <= now)
+    arriving = np.unique(takes.signature[arrived]) if arrived.any() else np.zeros(1, np.int64)
+    column = np.full(takes.n_signatures, -1, np.int64)
+    column[arriving] = np.arange(len(arriving))
+    return column[takes.signature], arriving
 
 
 def _shared_window(context: _Context, takeable: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> np.ndarray:

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 CELLS_PER_PRODUCT = 1 << 22
+SWEEP_CELLS = 1 << 22  # (row, item) cells a row sweep holds at once
+SWEEP_TABLE_CELLS = 1 << 22  # byte-table entries (items / 8 x 256 x weights) a row sweep builds at once
 # Rough costs (ns) of the steps binned_sums weighs: a pair within a bin; a column read for one query
-# (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product.
-COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12}
+# (dense row) or a stored column read (sparse row); a table cell built; a multiply-add of a product;
+# an (item, row) cell of a row sweep (:func:`_row_sweep`), per weight.
+COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12, "sweep": 1.0}
 MAX_BINS = 1024
 READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
@@ -103,7 +106,14 @@ def binned_sums(
     e = len(item_x)
     if n == 0 or e == 0:
         return out
-    sets, query_row, item_col = _compact(row_sets(sets), query_row, item_col)
+    sets = row_sets(sets)
+    rare = _rare_items(sets.matrix.shape[1], query_row, n_t * n, item_col, len(weights))
+    if rare.any():  # swept; the others' columns hold more items than a sweep would make rare
+        kept = np.flatnonzero(~rare)
+        swept = _row_sweep(sets.matrix, query_row, query_x, item_col[rare], item_x[rare], weights[:, rare])
+        return swept + binned_sums(sets=sets, query_row=query_row, query_x=query_x, item_col=item_col[kept],
+                                   item_x=item_x[kept], weights=weights[:, kept])
+    sets, query_row, item_col = _compact(sets, query_row, item_col)
     order = np.argsort(item_x, kind="stable")
     xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
     w = np.take(weights, order, axis=1).astype(np.float64)
@@ -135,6 +145,80 @@ def binned_sums(
     held = _held(sets.matrix, row, np.take(col, item))
     _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(np.ascontiguousarray(w.T), item[held], axis=0))
     return out
+
+
+def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.ndarray, n_weights: int) -> np.ndarray:
+    """Which items fall in columns that hold too few items to be worth a column of every query's read.
+
+    Kept in the table, a column costs every (query, threshold) a read; swept
+    (:func:`_row_sweep`), each of its items costs one cell per distinct queried
+    row and weight (a read takes its few weights in one product). Columns of few items (a signature one request names, as most requests
+    naming several models have) are cheaper swept: without this their count,
+    which grows with the queue, multiplied every query's read.
+    """
+    per_col = np.bincount(item_col, minlength=n_cols)
+    n_rows = len(np.unique(query_row))
+    return per_col[item_col] * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
+
+
+def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,
+               item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`binned_sums` by running sums over the items in ``x`` order, one row of ``matrix`` per queried row.
+
+    Cost: distinct queried rows x items (no table, no pairs), for the few items
+    of rare columns, in segments of items whose byte tables stay small.
+
+    Examples
+    --------
+    >>> _row_sweep(np.array([[True, False], [True, True]]), np.array([1, 0, 1]), np.array([[2.5, 9.0, 1.5]]),
+    ...     np.array([0, 1, 1]), np.array([1.0, 2.0, 0.5]), np.array([[1.0, 10.0, 100.0]])).tolist()
+    [[[111.0, 1.0, 101.0]]]
+    """
+    out = np.zeros((len(weights),) + query_x.shape)
+    order = np.argsort(item_x, kind="stable")
+    col, w = np.take(item_col, order), np.take(weights, order, axis=1).astype(np.float64)
+    below = np.searchsorted(np.take(item_x, order), query_x, "left")
+    rows, row_at = np.unique(query_row, return_inverse=True)
+    step = max(8, SWEEP_TABLE_CELLS // (256 * len(w)) // 8 * 8)
+    for lo in range(0, len(col), step):
+        hi = min(lo + step, len(col))
+        _sweep_segment(out, matrix, rows, row_at.ravel(), np.clip(below - lo, 0, hi - lo), col[lo:hi], w[:, lo:hi])
+    return out
+
+
+def _sweep_segment(out: np.ndarray, matrix: np.ndarray, rows: np.ndarray, row_at: np.ndarray, below: np.ndarray,
+                   col: np.ndarray, w: np.ndarray) -> None:
+    """Add to ``out[m, t, q]`` the weights of the first ``below[t, q]`` items whose column row ``rows[row_at[q]]`` holds.
+
+    A row's memberships of the items are packed eight to a byte; a table holds,
+    per byte and each of its 256 values, the weights of the items it sets. A row's
+    running sums then add one table entry per eight items, and a query reads its
+    row's sum at the byte just below its threshold plus the first bits of the next.
+    """
+    n_w, e = w.shape
+    n_bytes = -(-e // 8)
+    padded = np.zeros((n_w, n_bytes * 8))
+    padded[:, :e] = w
+    bits = (np.arange(256)[:, None] >> np.arange(7, -1, -1)[None, :]) & 1  # np.packbits: first item in the high bit
+    tables = (padded.reshape(n_w, n_bytes, 8) @ bits.T.astype(np.float64)).reshape(n_w, -1)
+    first_bits = np.array([(0xFF00 >> k) & 0xFF for k in range(8)], np.intp)  # a byte's first k items
+    whole, bit = below // 8, below % 8
+    partial = np.minimum(whole, n_bytes - 1)
+    chunk = max(1, SWEEP_CELLS // e)
+    by_row = np.argsort(row_at, kind="stable")
+    bounds = np.searchsorted(row_at[by_row], np.arange(0, len(rows) + chunk, chunk))
+    for j, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        first = j * chunk
+        packed = np.packbits(np.take(np.take(matrix, rows[first : first + chunk], axis=0), col, axis=1), axis=1)
+        cell = packed.astype(np.intp) + np.arange(n_bytes) * 256
+        q = by_row[lo:hi]
+        local = row_at[q] - first
+        # The table entry of each query's partial byte, its first bits only.
+        tail = (packed[local[None, :], partial[:, q]] & first_bits[bit[:, q]]) + partial[:, q] * 256
+        running = np.zeros((len(packed), n_bytes + 1))
+        for m in range(n_w):
+            np.cumsum(np.take(tables[m], cell), axis=1, out=running[:, 1:])
+            out[m][:, q] += running[local[None, :], whole[:, q]] + np.take(tables[m], tail)
 
 
 def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
