@@ -137,7 +137,6 @@ def eligibility(
     rq: RequestArrays,
     gentype: int,
     excluded: tuple[np.ndarray, np.ndarray],
-    vocabulary_size: int,
     with_competition: bool,
     every_request_special: bool = False,
 ) -> Eligibility:
