@@ -206,6 +206,7 @@ def _walk(
     sig_cum_work = np.r_[0, np.cumsum(work[by_sig])]
     sig_start = np.searchsorted(signature[by_sig], np.arange(n_signatures + 1))
     sig_size = np.diff(sig_start)
+    rank_by_sig = rank[by_sig]
 
     # Each class is answered as an *anchor* plus a difference: the anchor's
     # counts come from one pass over the queue, the difference is walked per
@@ -256,8 +257,8 @@ def _walk(
                 small = sig_size[pair_sig] <= class_size[pair_class]
                 sums = np.zeros((3, len(block_members)), dtype=np.int64)
                 _sum_small(
-                    pair_class[small], pair_sig[small], sig_start, by_sig, rank, jobs, work,
-                    by_class, class_start, at, stride, local, sums,
+                    pair_class[small], pair_sig[small], sig_start, rank_by_sig, weights_in_order,
+                    by_class, class_start, at, local, sums,
                 )
                 _sum_large(
                     pair_class[~small], pair_sig[~small], by_class, class_start, at, stride,
@@ -333,34 +334,36 @@ def _sum_small(
     pair_class: np.ndarray,
     pair_sig: np.ndarray,
     sig_start: np.ndarray,
-    by_sig: np.ndarray,
-    rank: np.ndarray,
-    jobs: np.ndarray,
-    work: np.ndarray,
+    rank_by_sig: np.ndarray,
+    weights_in_order: tuple[np.ndarray, np.ndarray],
     by_class: np.ndarray,
     class_start: np.ndarray,
     at: np.ndarray,
-    stride: int,
     local: np.ndarray,
     sums: np.ndarray,
 ) -> None:
-    """Pairs whose signature is smaller than the class: list the signature's requests per class."""
+    """Pairs whose signature is smaller than the class: list the signature's requests per class.
+
+    Each entry is one integer, class above and rank below ``shift`` bits: the
+    entries are sorted as values (no argsort, no permutation gathered) and each
+    entry's weights are read by its rank, from arrays of queue length.
+    """
     if len(pair_class) == 0:
         return
+    shift = len(rank_by_sig).bit_length()  # every rank is below 2**shift
     sizes = sig_start[pair_sig + 1] - sig_start[pair_sig]
-    entry_class = np.repeat(pair_class, sizes)
     offsets = np.r_[0, np.cumsum(sizes)[:-1]]
-    entry = by_sig[np.repeat(sig_start[pair_sig] - offsets, sizes) + np.arange(int(sizes.sum()))]
-    key = entry_class * stride + rank[entry]
-    order = _distinct_order(key)  # one entry per (class, request)
-    key = key[order]
-    cum_jobs = np.r_[0, np.cumsum(jobs[entry][order])]
-    cum_work = np.r_[0, np.cumsum(work[entry][order])]
+    entry = np.repeat(sig_start[pair_sig] - offsets, sizes) + np.arange(int(sizes.sum()))
+    key = np.repeat(pair_class.astype(np.int64) << shift, sizes) | rank_by_sig[entry]
+    key.sort()  # one entry per (class, request): distinct
+    ranks = key & ((1 << shift) - 1)
+    cum_jobs = np.r_[0, np.cumsum(weights_in_order[0][ranks])]
+    cum_work = np.r_[0, np.cumsum(weights_in_order[1][ranks])]
     classes = np.unique(pair_class)
     who = _members_of(classes, by_class, class_start)
-    member_class = np.repeat(classes, class_start[classes + 1] - class_start[classes])
-    found = np.searchsorted(key, member_class * stride + at[who])
-    begin = np.searchsorted(key, member_class * stride)
+    member_class = np.repeat(classes.astype(np.int64) << shift, class_start[classes + 1] - class_start[classes])
+    found = np.searchsorted(key, member_class | at[who])
+    begin = np.searchsorted(key, member_class)
     where = local[who]
     sums[0, where] += found - begin
     sums[1, where] += cum_jobs[found] - cum_jobs[begin]
