@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecsched.core.groups import (
+    PLANE_BITS,
     bit_sums,
     factorize_rows,
     holders,
@@ -146,6 +147,26 @@ def test_bit_sums_add_the_values_of_the_set_bits(rows, seed):
     want = matrix.astype(float) @ values
     np.testing.assert_array_equal(got[:, :2], want[:, :2])  # integers: exact
     np.testing.assert_allclose(got[:, 2], want[:, 2], rtol=1e-12)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=150), min_size=1, max_size=12),
+    st.integers(0, 2**32),
+    st.sampled_from([1, 2, 2**PLANE_BITS, 2**PLANE_BITS + 1, 2**40]),
+)
+def test_bit_sums_of_integer_columns_are_exact_by_planes_or_tables(rows, seed, top):
+    # Columns of small integers go to bit planes, others (or any with a value past the
+    # planes) to the byte tables; either way integer sums are exact.
+    width = min(len(r) for r in rows)
+    matrix = np.array([r[:width] for r in rows], dtype=bool)
+    rng = np.random.default_rng(seed)
+    values = np.stack(
+        [np.ones(width), rng.integers(0, top, width).astype(float), np.zeros(width), rng.integers(0, 2, width) * 255.0],
+        axis=1,
+    )
+    got = bit_sums(pack_words(matrix), values)
+    np.testing.assert_array_equal(got, matrix.astype(float) @ values)
 
 
 @given(st.lists(st.lists(st.integers(0, 3), min_size=3, max_size=3), min_size=1, max_size=40))
