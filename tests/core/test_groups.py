@@ -13,6 +13,7 @@ from vecsched.core.groups import (
     holders,
     or_by_lists,
     row_codes,
+    or_rows_by_bits,
     or_rows_by_pairs,
     or_rows_dense,
     overlap_matrix,
@@ -85,6 +86,17 @@ def test_pack_words_round_trip_and_unique_rows(rows):
 def test_or_rows_dense_equals_the_or_of_each_keys_rows(case):
     matrix, key, source, n_keys, want = case
     got = unpack_words(or_rows_dense(key, source, pack_words(matrix), n_keys), matrix.shape[1])
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200)
+@given(keyed_rows())
+def test_or_rows_by_bits_reads_little_endian_source_bits(case):
+    matrix, key, source, n_keys, want = case
+    member = np.zeros((n_keys, len(matrix)), dtype=bool)
+    member[key, source] = True
+    key_bits = np.packbits(member, axis=1, bitorder="little")
+    got = unpack_words(or_rows_by_bits(key_bits, pack_words(matrix)), matrix.shape[1])
     np.testing.assert_array_equal(got, want)
 
 

@@ -231,13 +231,32 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
     [5, 2]
     """
     n_rows, n_words = rows.shape
-    out = np.zeros((n_keys, n_words), dtype=rows.dtype)
     if len(key) == 0:
-        return out
-    n_runs = -(-n_rows // 8)
+        return np.zeros((n_keys, n_words), dtype=rows.dtype)
     # key_bits[k, r]: which of the eight sources of run r key k uses (bit b: source 8r + b).
-    key_bits = np.zeros((n_keys, n_runs), dtype=np.uint8)
+    key_bits = np.zeros((n_keys, -(-n_rows // 8)), dtype=np.uint8)
     np.bitwise_or.at(key_bits, (key, source // 8), (1 << (source % 8)).astype(np.uint8))
+    return or_rows_by_bits(key_bits, rows)
+
+
+def or_rows_by_bits(key_bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``out[k]`` = OR of the ``rows`` whose bits ``key_bits[k]`` sets, eight sources at a time.
+
+    ``key_bits`` is (keys, ceil(sources / 8)) bytes packed little-endian
+    (``np.packbits(..., bitorder="little")``: bit b of byte r is source
+    8r + b); see :func:`or_rows_dense` for the cost.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rows = np.array([[1], [2], [4]], dtype=np.uint64)
+    >>> or_rows_by_bits(np.array([[0b101], [0b010]], dtype=np.uint8), rows).ravel().tolist()
+    [5, 2]
+    """
+    n_rows, n_words = rows.shape
+    n_keys, n_runs = key_bits.shape
+    if n_keys == 0:
+        return np.zeros((0, n_words), dtype=rows.dtype)
     # Keys with the same sources (special groups copying their group's classes) are ORed once.
     as_void = np.ascontiguousarray(key_bits).view(np.dtype((np.void, n_runs))).ravel()
     _, first, same = np.unique(as_void, return_index=True, return_inverse=True)
