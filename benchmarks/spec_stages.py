@@ -51,7 +51,7 @@ def spec_stages(snapshot: Snapshot) -> dict[str, float]:
             continue
 
         def eligibility() -> Any:
-            elig = stages._eligibility(batch, gentype, mine, len(snapshot.model_names), True)
+            elig = stages._eligibility(batch, gentype, mine, True)
             if gentype == TEXT:
                 _ = elig.competition.distinct_takeable  # what competition reads
             return elig

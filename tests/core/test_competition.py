@@ -93,3 +93,28 @@ def test_sweep_and_walk_split_one_queue_and_agree_with_brute_force(monkeypatch, 
     np.testing.assert_array_equal(count, takes.sum(1))
     np.testing.assert_array_equal(jobs_ahead, (takes * jobs).sum(1))
     np.testing.assert_array_equal(work_ahead, (takes * work).sum(1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues(), st.sampled_from([1, 2**44]))
+def test_the_sweep_equals_brute_force_with_count_and_jobs_packed_or_apart(queue, scale):
+    # SWEEP_COST 0 sends every class that differs from "nothing" and "everything" to the
+    # sweep; jobs of 2**44 leave no room to pack the count below them, so those take apart.
+    import vecsched.core.competition as C
+
+    position, signature, klass, takeable, jobs, work, members = queue
+    jobs = jobs * scale
+    work = jobs * 3
+    old = C.SWEEP_COST
+    try:
+        C.SWEEP_COST = 0.0
+        count, jobs_ahead, work_ahead = competition(
+            position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
+        )
+    finally:
+        C.SWEEP_COST = old
+    for k, i in enumerate(members):
+        ahead = [j for j in range(len(position)) if position[j] < position[i] and takeable[klass[k], signature[j]]]
+        assert count[k] == len(ahead)
+        assert jobs_ahead[k] == sum(int(jobs[j]) for j in ahead)
+        assert work_ahead[k] == sum(int(work[j]) for j in ahead)

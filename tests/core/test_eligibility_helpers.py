@@ -32,3 +32,23 @@ def test_or_combinations_gives_each_keys_or_from_distinct_rows(case):
     distinct, of = _or_combinations(key, source, pack_words(matrix), n_keys)
     np.testing.assert_array_equal(unpack_words(distinct, 70)[of], want)
     assert len({r.tobytes() for r in distinct}) == len(distinct)  # no two distinct rows alike
+
+
+@settings(max_examples=200, deadline=None)
+@given(keyed_rows(max_keys=12, max_rows=19, max_pairs=60), st.sampled_from(["bits", "pairs", "segments"]))
+def test_or_rows_by_key_bits_ors_each_keys_sources_on_every_path(case, path):
+    import vecsched.core.eligibility as E
+    from vecsched.core.groups import pack_words, unpack_words
+
+    matrix, key, source, n_keys, want = case
+    member = np.zeros((n_keys, len(matrix)), dtype=bool)
+    member[key, source] = True
+    # Thresholds that force the eight-at-a-time OR, the pair-by-pair OR or the sorted segments.
+    limits = {"bits": (0, 1 << 27), "pairs": (1 << 23, 1 << 27), "segments": (0, 0)}[path]
+    old = E.BLOCK_ELEMENTS, E.WORDS_PER_DENSE_RUN, E.DENSE_TABLE_BYTES
+    try:
+        E.WORDS_PER_DENSE_RUN, E.DENSE_TABLE_BYTES = limits
+        got = E._or_rows_by_key_bits(np.packbits(member, axis=1, bitorder="little"), pack_words(matrix))
+    finally:
+        E.BLOCK_ELEMENTS, E.WORDS_PER_DENSE_RUN, E.DENSE_TABLE_BYTES = old
+    np.testing.assert_array_equal(unpack_words(got, matrix.shape[1]), want)

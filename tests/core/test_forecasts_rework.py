@@ -42,11 +42,11 @@ def _queues(snapshot: vecsched.Snapshot) -> list[tuple[ForecastInputs, GentypeQu
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         if len(mine) == 0:
             continue
-        elig = E._eligibility(batch, gentype, mine, len(snapshot.model_names), True)
+        elig = E._eligibility(batch, gentype, mine, True)
         threads[mine] = elig.threads
         new = F.gentype_queue(batch.workers, gentype, elig, mine, 1.0)
         before = eligible_sets_by_worker(batch.workers, take_rows(batch.queue, mine), gentype,
-                                         E._excluded_among(batch, mine), len(snapshot.model_names), elig)
+                                         E._excluded_among(batch, mine), elig)
         found.append((new, GentypeQueue(gentype, mine, 1.0, lambda before=before: before)))
     inp = ForecastInputs(now=snapshot.now, gentype=batch.queue.gentype, position=batch.position, n=batch.queue.n,
                          work=batch.work, seconds_left=np.zeros(n), threads=threads, throughput=np.ones(n),
@@ -224,7 +224,7 @@ def _before_set_columns(columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def eligible_sets_by_worker(
-    wk: Any, rq: Any, gentype: int, excluded: tuple[np.ndarray, np.ndarray], vocabulary_size: int, elig: Any
+    wk: Any, rq: Any, gentype: int, excluded: tuple[np.ndarray, np.ndarray], elig: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each request's eligible worker set (see :class:`GentypeQueue`), from one request per eligibility row.
 
@@ -247,7 +247,7 @@ def eligible_sets_by_worker(
     keep = local[ex_requests] >= 0 if len(ex_requests) else np.zeros(0, dtype=bool)
     again = eligibility(
         wk, take_rows(rq, reps), gentype, (ex_workers[keep], local[ex_requests[keep]]),
-        vocabulary_size, with_competition=False, every_request_special=True,
+        with_competition=False, every_request_special=True,
     )
     rep_masks = again.eligible_workers[again.row - again.n_groups]
     set_first, set_of_rep = unique_rows(pack_words(rep_masks))
@@ -271,8 +271,8 @@ def test_row_words_evaluate_special_rows_when_their_workers_were_not_kept(doc: d
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         if len(mine) == 0:
             continue
-        kept = E._eligibility(batch, gentype, mine, len(snapshot.model_names), True)
-        lazy = E._eligibility(batch, gentype, mine, len(snapshot.model_names), False)
+        kept = E._eligibility(batch, gentype, mine, True)
+        lazy = E._eligibility(batch, gentype, mine, False)
         np.testing.assert_array_equal(kept.row, lazy.row)
         rows = np.unique(kept.row)
         np.testing.assert_array_equal(lazy.row_words(rows), kept.row_words(rows))

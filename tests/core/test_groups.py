@@ -7,11 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecsched.core.groups import (
+    PLANE_BITS,
     bit_sums,
     factorize_rows,
     holders,
     or_by_lists,
     row_codes,
+    or_rows_by_bits,
     or_rows_by_pairs,
     or_rows_dense,
     overlap_matrix,
@@ -87,6 +89,17 @@ def test_or_rows_dense_equals_the_or_of_each_keys_rows(case):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=200)
+@given(keyed_rows())
+def test_or_rows_by_bits_reads_little_endian_source_bits(case):
+    matrix, key, source, n_keys, want = case
+    member = np.zeros((n_keys, len(matrix)), dtype=bool)
+    member[key, source] = True
+    key_bits = np.packbits(member, axis=1, bitorder="little")
+    got = unpack_words(or_rows_by_bits(key_bits, pack_words(matrix)), matrix.shape[1])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_or_rows_dense_tabulates_busy_runs_and_ors_quiet_ones_alike():
     # Run 0 serves 600 keys x 8 sources (tabulated), the last run a handful of pairs.
     rng = np.random.default_rng(5)
@@ -146,6 +159,26 @@ def test_bit_sums_add_the_values_of_the_set_bits(rows, seed):
     want = matrix.astype(float) @ values
     np.testing.assert_array_equal(got[:, :2], want[:, :2])  # integers: exact
     np.testing.assert_allclose(got[:, 2], want[:, 2], rtol=1e-12)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=150), min_size=1, max_size=12),
+    st.integers(0, 2**32),
+    st.sampled_from([1, 2, 2**PLANE_BITS, 2**PLANE_BITS + 1, 2**40]),
+)
+def test_bit_sums_of_integer_columns_are_exact_by_planes_or_tables(rows, seed, top):
+    # Columns of small integers go to bit planes, others (or any with a value past the
+    # planes) to the byte tables; either way integer sums are exact.
+    width = min(len(r) for r in rows)
+    matrix = np.array([r[:width] for r in rows], dtype=bool)
+    rng = np.random.default_rng(seed)
+    values = np.stack(
+        [np.ones(width), rng.integers(0, top, width).astype(float), np.zeros(width), rng.integers(0, 2, width) * 255.0],
+        axis=1,
+    )
+    got = bit_sums(pack_words(matrix), values)
+    np.testing.assert_array_equal(got, matrix.astype(float) @ values)
 
 
 @given(st.lists(st.lists(st.integers(0, 3), min_size=3, max_size=3), min_size=1, max_size=40))

@@ -48,6 +48,7 @@ from vecsched.core.groups import (
     bit_sums,
     holders,
     or_by_lists,
+    or_rows_by_bits,
     or_rows_dense,
     pack_words,
     row_codes,
@@ -137,7 +138,6 @@ def eligibility(
     rq: RequestArrays,
     gentype: int,
     excluded: tuple[np.ndarray, np.ndarray],
-    vocabulary_size: int,
     with_competition: bool,
     every_request_special: bool = False,
 ) -> Eligibility:
@@ -709,9 +709,11 @@ def _shared_takeable(
     key_of_pair, key_first = factorize_rows(key_model, g_passing[key_group])
     k_model = key_model[key_first]
     k_first = code_first[g_passing[key_group[key_first]]]  # a (variant, flags) of each key
-    pair_key, pair_class = _classes_holding(wk, cols, class_first, k_model)
-    passing = flags_by_class[k_first[pair_key] // n_rflags, pair_class, k_first[pair_key] % n_rflags]
-    key_rows = _or_rows_by_key(pair_key[passing], pair_class[passing], class_rows, len(key_first))
+    # Each key's classes as bits: (classes holding its model) AND (classes passing its flags).
+    holding = _model_class_bits(wk, cols, class_first, k_model)
+    codes, k_code = np.unique(k_first, return_inverse=True)
+    passing = np.packbits(flags_by_class[codes // n_rflags, :, codes % n_rflags], axis=1, bitorder="little")
+    key_rows = _or_rows_by_key_bits(holding & passing[k_code.ravel()], class_rows)
     key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
     return _or_combinations(key_group, key_code[key_of_pair], key_rows[distinct_first], n_group)
 
@@ -748,27 +750,17 @@ def _or_combinations(
     return stacked[first], codes[of]
 
 
-def _classes_holding(
-    wk: WorkerArrays, cols: GateColumns, class_first: np.ndarray, k_model: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(key, class) pairs: the take classes holding each key's model (all classes for -1)."""
+def _model_class_bits(wk: WorkerArrays, cols: GateColumns, class_first: np.ndarray, k_model: np.ndarray) -> np.ndarray:
+    """Per key, the take classes holding its model (all for -1), packed little-endian (bit b of byte r: class 8r + b)."""
     n_class = len(class_first)
     class_models = _distinct_models(wk.models.take(cols.worker_rows[class_first]))
-    by_model = np.argsort(class_models.values, kind="stable")
-    model_sorted = class_models.values[by_model]
-    class_of_value = class_models.owners()[by_model]
-    lo = np.searchsorted(model_sorted, k_model, side="left")
-    hi = np.searchsorted(model_sorted, k_model, side="right")
-    lo = np.where(k_model < 0, 0, lo)
-    hi = np.where(k_model < 0, n_class, hi)
-    counts = hi - lo
-    pair_key = np.repeat(np.arange(len(k_model)), counts)
-    within = np.arange(int(counts.sum())) - np.repeat(np.r_[0, np.cumsum(counts)[:-1]], counts)
-    start = np.repeat(lo, counts) + within
-    pair_class = start.copy()  # "any model" keys index classes directly
-    named_pair = ~np.repeat(k_model < 0, counts)
-    pair_class[named_pair] = class_of_value[start[named_pair]]
-    return pair_key, pair_class
+    models, key_model = np.unique(k_model, return_inverse=True)
+    at = np.minimum(np.searchsorted(models, class_models.values), len(models) - 1)
+    named = models[at] == class_models.values
+    holds = np.zeros((len(models), n_class), dtype=bool)
+    holds[at[named], class_models.owners()[named]] = True
+    holds[models < 0] = True
+    return np.packbits(holds, axis=1, bitorder="little")[key_model.ravel()]
 
 
 def _distinct_models(lists: ListColumn) -> ListColumn:
@@ -841,6 +833,26 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
         a = stop
     # Every key takes the row of the first key with its set of sources.
     return out[first[np.searchsorted(distinct, same_sources)]]
+
+
+def _or_rows_by_key_bits(key_bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """:func:`_or_rows_by_key` for keys given as source bits (:func:`vecsched.core.groups.or_rows_by_bits`).
+
+    Where the eight-at-a-time OR would be chosen, it reads the bits as they
+    are; elsewhere the bits become (key, source) pairs, a block of keys at a time.
+    """
+    n_keys, n_runs = key_bits.shape
+    n_pairs = int(np.bitwise_count(key_bits).sum(dtype=np.int64))
+    pair_words = n_pairs * rows.shape[1]
+    by_pairs = pair_words <= min(BLOCK_ELEMENTS, WORDS_PER_DENSE_RUN * -(-len(rows) // 8))
+    if n_pairs and not by_pairs and n_keys * n_runs <= DENSE_TABLE_BYTES:
+        return or_rows_by_bits(key_bits, rows)
+    step = max(1, BLOCK_ELEMENTS // max(n_runs * 8, 1))
+    pairs = [np.nonzero(np.unpackbits(key_bits[a : a + step], axis=1, count=len(rows), bitorder="little"))
+             for a in range(0, n_keys, step)]
+    key = np.concatenate([np.zeros(0, np.int64)] + [k + a for a, (k, _) in zip(range(0, n_keys, step), pairs)])
+    source = np.concatenate([np.zeros(0, np.int64)] + [c for _, c in pairs])
+    return _or_rows_by_key(key, source, rows, n_keys)
 
 
 def _row_words(

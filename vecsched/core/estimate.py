@@ -76,7 +76,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         aware = gentype == TEXT or options.eligible_image_wait
         with stages("eligibility"):
             # might_stall needs what each group could take, image included.
-            elig = _eligibility(batch, gentype, mine, len(snapshot.model_names), True)
+            elig = _eligibility(batch, gentype, mine, True)
             if aware:  # competition reads the distinct takeable rows; might_stall alone reads them per row later
                 _ = elig.competition.distinct_takeable
         groups.update(
@@ -181,14 +181,13 @@ def _use_horde_figures(columns: dict[str, np.ndarray], rows: np.ndarray) -> None
     columns["wait_time"][rows] = columns["horde_wait_time"][rows]
 
 
-def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, vocabulary_size: int, aware: bool) -> Eligibility:
+def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, aware: bool) -> Eligibility:
     """Eligibility of the waiting requests ``mine`` (all of ``gentype``)."""
     return eligibility(
         batch.workers,
         take_rows(batch.queue, mine),
         gentype,
         _excluded_among(batch, mine),
-        vocabulary_size,
         with_competition=aware,
     )
 

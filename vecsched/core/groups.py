@@ -231,13 +231,32 @@ def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys:
     [5, 2]
     """
     n_rows, n_words = rows.shape
-    out = np.zeros((n_keys, n_words), dtype=rows.dtype)
     if len(key) == 0:
-        return out
-    n_runs = -(-n_rows // 8)
+        return np.zeros((n_keys, n_words), dtype=rows.dtype)
     # key_bits[k, r]: which of the eight sources of run r key k uses (bit b: source 8r + b).
-    key_bits = np.zeros((n_keys, n_runs), dtype=np.uint8)
+    key_bits = np.zeros((n_keys, -(-n_rows // 8)), dtype=np.uint8)
     np.bitwise_or.at(key_bits, (key, source // 8), (1 << (source % 8)).astype(np.uint8))
+    return or_rows_by_bits(key_bits, rows)
+
+
+def or_rows_by_bits(key_bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``out[k]`` = OR of the ``rows`` whose bits ``key_bits[k]`` sets, eight sources at a time.
+
+    ``key_bits`` is (keys, ceil(sources / 8)) bytes packed little-endian
+    (``np.packbits(..., bitorder="little")``: bit b of byte r is source
+    8r + b); see :func:`or_rows_dense` for the cost.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rows = np.array([[1], [2], [4]], dtype=np.uint64)
+    >>> or_rows_by_bits(np.array([[0b101], [0b010]], dtype=np.uint8), rows).ravel().tolist()
+    [5, 2]
+    """
+    n_rows, n_words = rows.shape
+    n_keys, n_runs = key_bits.shape
+    if n_keys == 0:
+        return np.zeros((0, n_words), dtype=rows.dtype)
     # Keys with the same sources (special groups copying their group's classes) are ORed once.
     as_void = np.ascontiguousarray(key_bits).view(np.dtype((np.void, n_runs))).ravel()
     _, first, same = np.unique(as_void, return_index=True, return_inverse=True)
@@ -289,11 +308,18 @@ def or_by_lists(lists: ListColumn, rows: np.ndarray) -> np.ndarray:
     return or_rows_by_pairs(lists.owners(), lists.values.astype(np.int64), rows, len(lists))
 
 
+# Integer value columns below 2**PLANE_BITS are summed by bit planes (see bit_sums).
+PLANE_BITS = 8
+
+
 def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``out[i, j]`` = sum of ``values[b, j]`` over the bits ``b`` set in ``words[i]`` (:func:`pack_words` rows).
 
     Column 0 of ``values`` must be all ones: it is answered by counting bits.
-    The others read, per byte of a row, a table of the 256 subset sums of its
+    A column of small non-negative integers (threads) is answered by its bit
+    planes: the sum is that of ``2**p`` times the set bits of ``words`` also set
+    in plane ``p`` (a few AND-and-count passes over the words, exact). Other
+    columns read, per byte of a row, a table of the 256 subset sums of its
     eight bits' values: one lookup per eight bits instead of a multiply-add
     per bit. Sums of integers stay exact in float64 below 2**53; other sums
     differ from a sequential sum by rounding only.
@@ -304,22 +330,59 @@ def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
     if n_rows == 0 or n_words == 0:
         return out
     out[:, 0] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    planed = [j for j in range(1, k) if _small_integers(values[:, j])]
+    for j in planed:
+        out[:, j] = _plane_sums(words, values[:, j].astype(np.int64))
+    tabled = [j for j in range(1, k) if j not in planed]
+    if tabled:
+        out[:, tabled] = _table_sums(words, values[:, tabled])
+    return out
+
+
+def _small_integers(column: np.ndarray) -> bool:
+    """Whether ``column`` holds only integers in [0, 2**PLANE_BITS)."""
+    return bool(len(column) == 0 or (
+        (column >= 0).all() and (column < 2**PLANE_BITS).all() and (column == np.floor(column)).all()))
+
+
+def _plane_sums(words: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """Sum of ``column`` over each row's set bits, plane by plane (``column``: small non-negative integers)."""
+    n_rows, n_words = words.shape
+    out = np.zeros(n_rows, dtype=np.int64)
+    planes = [np.zeros(n_words, dtype=np.uint64)]
+    for p in range(int(column.max(initial=0)).bit_length()):
+        plane = pack_words(((column >> p) & 1).astype(bool)[None, :])[0]
+        planes.append(np.zeros(n_words, dtype=np.uint64))
+        planes[-1][: len(plane)] = plane[:n_words]
+    step = max(1, (1 << 20) // n_words)
+    for a in range(0, n_rows, step):
+        block = words[a : a + step]
+        for p, plane in enumerate(planes[1:]):
+            out[a : a + step] += np.bitwise_count(block & plane).sum(axis=1, dtype=np.int64) << p
+    return out
+
+
+def _table_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of each column of ``values`` over each row's set bits, by per-byte tables of subset sums."""
+    n_rows, n_words = words.shape
+    n_bits, k = values.shape
+    out = np.zeros((n_rows, k))
     n_bytes = n_words * 8
-    padded = np.zeros((n_bytes * 8, k - 1))
-    padded[:n_bits] = values[:, 1:]
-    per_bit = padded.reshape(n_bytes, 8, k - 1)
+    padded = np.zeros((n_bytes * 8, k))
+    padded[:n_bits] = values
+    per_bit = padded.reshape(n_bytes, 8, k)
     # table[byte, v]: the sum of the values of the bits v sets; packbits puts column 8j + b at bit 7 - b.
-    table = np.zeros((k - 1, n_bytes, 256))
+    table = np.zeros((k, n_bytes, 256))
     for bit in range(8):
         table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, 7 - bit, :].T[:, :, None]
-    flat = table.reshape(k - 1, -1)
+    flat = table.reshape(k, -1)
     offset = (np.arange(n_bytes, dtype=np.int32) * 256)[None, :]
     as_bytes = words.view(np.uint8)
     step = max(1, (1 << 20) // n_bytes)
     for a in range(0, n_rows, step):
         index = as_bytes[a : a + step] + offset  # int32
-        for j in range(1, k):
-            out[a : a + step, j] = np.take(flat[j - 1], index).sum(axis=1)
+        for j in range(k):
+            out[a : a + step, j] = np.take(flat[j], index).sum(axis=1)
     return out
 
 

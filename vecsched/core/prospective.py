@@ -166,7 +166,6 @@ def answer_prospective(
         mine,
         gentype,
         (np.zeros(0, np.int64), np.zeros(0, np.int64)),
-        vocabulary_size,
         with_competition=False,
         every_request_special=True,
     )

@@ -37,4 +37,14 @@ def blas_threads(workers: int, requests: int) -> AbstractContextManager[Any]:
     """
     if workers * requests >= ONE_THREAD_BELOW:
         return nullcontext()
+    return one_blas_thread()
+
+
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which BLAS runs on one thread, whatever the horde's size.
+
+    For loops of many small products (competition's sweep: a few rows times a
+    (signatures x 3) matrix per block), which a second thread cannot speed up
+    and which stall whenever another process holds a core.
+    """
     return _controller().limit(limits=1, user_api="blas")
