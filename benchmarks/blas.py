@@ -19,9 +19,10 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 
 import vecsched
-from vecsched.core import threads
+from vecsched.core import estimate as estimate_module
 from vecsched.synthetic import horde
 
 
@@ -37,9 +38,9 @@ def main() -> None:
     busy = None if args.no_busy else subprocess.Popen([sys.executable, "-c", "while True: pass"])
     out = {"busy_core": busy is not None, "blas": [(i["internal_api"], i["num_threads"]) for i in threadpool_info()],
            "sizes": []}
-    saved = threads.ONE_THREAD_BELOW
+    saved = estimate_module.one_blas_thread
     try:
-        threads.ONE_THREAD_BELOW = 0  # estimate() leaves BLAS alone; each run sets it below
+        estimate_module.one_blas_thread = nullcontext  # estimate() leaves BLAS alone; each run sets it below
         for size in args.sizes.split(","):
             workers, requests = map(int, size.split("x"))
             snap = horde(workers=workers, requests=requests, seed=0)
@@ -58,7 +59,7 @@ def main() -> None:
                                  **{f"{k}_s": round(v, 4) for k, v in med.items()},
                                  "default_over_one_thread": round(med["default"] / med["one thread"], 2)})
     finally:
-        threads.ONE_THREAD_BELOW = saved
+        estimate_module.one_blas_thread = saved
         if busy is not None:
             busy.kill()
             busy.wait()

@@ -38,12 +38,12 @@ import json, sys, time
 import numpy as np
 from vecsched.synthetic import horde
 from vecsched.core import estimate as E, forecasts as F
-from vecsched.core.threads import blas_threads
+from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 workers, requests, seed, cold = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
 snap = horde(workers=workers, requests=requests, seed=seed)
-threads_rule = blas_threads(workers=len(snap.workers.id), requests=len(snap.requests.id))
+threads_rule = one_blas_thread()  # as vecsched.estimate runs
 threads_rule.__enter__()
 batch = E._prepare(snap)
 columns = E._empty_columns(batch)
@@ -54,7 +54,7 @@ for gentype in (TEXT, IMAGE):
     figures = E._horde_wide(batch, gentype, mine, columns)
     if len(mine) == 0:
         continue
-    elig = E._eligibility(batch, gentype, mine, len(snap.model_names), True)
+    elig = E._eligibility(batch, gentype, mine, True)
     columns["eligible_worker_threads"][mine] = elig.threads
     throughput[mine] = elig.throughput
     found.append((gentype, elig, mine, figures["mean_speed"]))

@@ -26,7 +26,7 @@ import numpy as np
 
 import vecsched.core.estimate as stages
 from benchmarks.floor import one_pass
-from vecsched.core.threads import blas_threads
+from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.schema import IMAGE, TEXT
 from vecsched.snapshot.snapshot import Snapshot
 from vecsched.synthetic import horde
@@ -76,7 +76,7 @@ def main() -> None:
         from benchmarks.adversarial import adversarial_horde as make
     snapshot = make(args.workers, args.requests, seed=args.seed)
     runs = []
-    with blas_threads(workers=args.workers, requests=args.requests):
+    with one_blas_thread():  # as vecsched.estimate runs
         for _ in range(args.repeats):
             runs.append(spec_stages(snapshot))
     start = time.perf_counter()

@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from vecsched.core.groups import pack_words, unpack_words
-from vecsched.core.threads import one_blas_thread
 
 # Elements per temporary block (pairs, entries, unpacked rows).
 BLOCK = 1 << 22
@@ -84,14 +83,11 @@ def competition(
     dense = _dense_classes(class_takeable, n_signatures, np.bincount(competition_class, minlength=len(class_takeable)))
     swept = dense[competition_class]
     if swept.any():
-        # Thousands of products of a few rows each: OpenBLAS's second thread only
-        # waits on the first, and when another process holds a core each product
-        # stalls (at 20,000 x 1,000,000 under load: 108 s of competition against 12 s).
-        with one_blas_thread():
-            answered = _sweep(
-                rank[members[swept]], competition_class[swept], class_takeable, n_signatures,
-                signature[by_position], np.stack([np.ones(n), jobs[by_position], work[by_position]]),
-            )
+        # Thousands of products of a few rows each: on one BLAS thread (vecsched.core.threads).
+        answered = _sweep(
+            rank[members[swept]], competition_class[swept], class_takeable, n_signatures,
+            signature[by_position], np.stack([np.ones(n), jobs[by_position], work[by_position]]),
+        )
         for j in range(3):
             out[j][swept] = answered[:, j]
     walked = ~swept

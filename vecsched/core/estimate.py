@@ -24,7 +24,7 @@ from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
 from vecsched.core.stall import stall, stall_columns
-from vecsched.core.threads import blas_threads
+from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.snapshot import Snapshot
 
 class _Stages:
@@ -357,5 +357,5 @@ def estimate(
     """
     options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
                               forecast_skip=forecast_skip)
-    with blas_threads(workers=len(snapshot.workers.id), requests=len(snapshot.requests.id)):
+    with one_blas_thread():
         return compute(snapshot, options)

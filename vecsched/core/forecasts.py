@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core.groups import unique_rows, unpack_words
-from vecsched.core.threads import _controller
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
@@ -376,10 +375,9 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     (a carry), and inside a block the exact products T(A(i) & A(j)) of the asked rows with the block.
 
     Cost: the requests x workers (the carry) plus the asked x block size x workers.
-    Its products are many and small: split over BLAS threads (the estimate keeps
-    OpenBLAS's default above 1e9 workers x requests) they wait on each other,
-    20x the CPU time at 20,000 x 100,000 with the machine shared (docs/speed.md,
-    "Forecasts at scale"), so they run on one.
+    Its products are many and small: the estimate runs them on one BLAS thread
+    (vecsched.core.threads; 20x the CPU time at 20,000 x 100,000 on two, docs/speed.md,
+    "Forecasts at scale").
     """
     n, n_asked = len(q.set_of), len(q.asked)
     out = np.zeros((2, n_asked))
@@ -387,19 +385,18 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     size = _block_size(q)
     safe_set = np.maximum(q.set_of, 0)
     bounds = np.searchsorted(q.asked, np.arange(0, n + size, size))
-    with _controller().limit(limits=1, user_api="blas"):
-        for b, first in enumerate(range(0, n, size)):
-            last = min(first + size, n)
-            units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
-            block = q.masks[safe_set[first:last]].astype(np.float64)
-            lo, hi = bounds[b], bounds[b + 1]
-            if hi > lo:
-                local = q.asked[lo:hi] - first
-                mine = block[local] * q.threads  # (asked in block, workers)
-                shared = mine @ block.T  # exact integers
-                shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
-                out[:, lo:hi] = (mine @ carry + shared @ units).T
-            carry += block.T @ units
+    for b, first in enumerate(range(0, n, size)):
+        last = min(first + size, n)
+        units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
+        block = q.masks[safe_set[first:last]].astype(np.float64)
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi > lo:
+            local = q.asked[lo:hi] - first
+            mine = block[local] * q.threads  # (asked in block, workers)
+            shared = mine @ block.T  # exact integers
+            shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
+            out[:, lo:hi] = (mine @ carry + shared @ units).T
+        carry += block.T @ units
     return out
 
 

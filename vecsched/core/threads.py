@@ -1,23 +1,29 @@
-"""BLAS threads for one estimate: one thread where the matrix products are small.
+"""One BLAS thread for every estimate.
 
 The estimate's matrix products (model-set overlaps, sums over worker
-declarations) are small next to its other work. OpenBLAS splits each over
-every core anyway, and when another process holds a core its threads wait on
-each other: on the 2-core benchmark machine with a core kept busy, the
-150 x 3,000 estimate took 0.55 s with default threading and 0.39 s with one
-BLAS thread, and 2,000 x 50,000 5.6 s against 4.9 s (benchmarks/README.md,
-"BLAS threads"). Above :data:`ONE_THREAD_BELOW` (workers x requests) the
-products grow and the default is kept.
+declarations, competition's sweep, the forecasts' blocks) are many and small
+next to its other work. OpenBLAS splits each over every core anyway, and
+when another process holds a core (on a job machine, the status route's
+server) its threads wait on each other:
+
+- 150 x 3,000 with a core kept busy: 0.55 s with default threading, 0.39 s on
+  one thread; 2,000 x 50,000: 5.6 s against 4.9 s (benchmarks/README.md,
+  "BLAS threads");
+- at 20,000 x 1,000,000 under load, competition's sweep 108 s against 12 s
+  and the forecasts 213 s against 28 s of CPU (docs/speed.md, round four and
+  "Forecasts at scale");
+- the whole estimate at 20,000 x 100,000, the two taking turns in one process
+  under load: 12.5 and 12.2 s by default against 9.6 and 11.0 s on one thread.
+
+Until 2026-12-03 hordes above 10^9 workers x requests kept the default; no
+measurement ever showed the second thread helping there.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import Any
-
-ONE_THREAD_BELOW = 1_000_000_000
-"""Hordes with fewer workers x requests than this run their products on one BLAS thread."""
 
 
 @lru_cache(maxsize=1)
@@ -27,24 +33,12 @@ def _controller() -> Any:
     return ThreadpoolController()
 
 
-def blas_threads(workers: int, requests: int) -> AbstractContextManager[Any]:
-    """A context in which BLAS runs on one thread if the horde is small, else unchanged.
+def one_blas_thread() -> AbstractContextManager[Any]:
+    """A context in which BLAS runs on one thread (restored on exit).
 
     Examples
     --------
-    >>> with blas_threads(workers=150, requests=3000):
+    >>> with one_blas_thread():
     ...     pass
-    """
-    if workers * requests >= ONE_THREAD_BELOW:
-        return nullcontext()
-    return one_blas_thread()
-
-
-def one_blas_thread() -> AbstractContextManager[Any]:
-    """A context in which BLAS runs on one thread, whatever the horde's size.
-
-    For loops of many small products (competition's sweep: a few rows times a
-    (signatures x 3) matrix per block), which a second thread cannot speed up
-    and which stall whenever another process holds a core.
     """
     return _controller().limit(limits=1, user_api="blas")
