@@ -362,20 +362,37 @@ def _plane_sums(words: np.ndarray, column: np.ndarray) -> np.ndarray:
     return out
 
 
+def byte_subset_sums(weights: np.ndarray, n_bytes: int | None = None) -> np.ndarray:
+    """Per byte of packed items and each of its 256 values, the sum of the weights of the items it sets.
+
+    ``weights`` is (k, items); the result is (k, n_bytes x 256), entry
+    ``256 b + v`` for byte ``b`` holding ``v``, in :func:`np.packbits`' order
+    (item ``8 b + i`` at bit ``7 - i``). ``n_bytes`` (default: enough for the
+    items) may add bytes of no item.
+
+    Examples
+    --------
+    >>> byte_subset_sums(np.array([[1.0, 2.0, 4.0]]))[0, [0b10000000, 0b11000000, 0b10100000]].tolist()
+    [1.0, 3.0, 5.0]
+    """
+    k, n_items = weights.shape
+    n_bytes = -(-n_items // 8) if n_bytes is None else n_bytes
+    padded = np.zeros((k, n_bytes * 8))
+    padded[:, :n_items] = weights
+    per_bit = padded.reshape(k, n_bytes, 8)
+    table = np.zeros((k, n_bytes, 256))
+    for bit in range(8):
+        table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, :, 7 - bit, None]
+    return table.reshape(k, -1)
+
+
 def _table_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Sum of each column of ``values`` over each row's set bits, by per-byte tables of subset sums."""
     n_rows, n_words = words.shape
-    n_bits, k = values.shape
+    k = values.shape[1]
     out = np.zeros((n_rows, k))
     n_bytes = n_words * 8
-    padded = np.zeros((n_bytes * 8, k))
-    padded[:n_bits] = values
-    per_bit = padded.reshape(n_bytes, 8, k)
-    # table[byte, v]: the sum of the values of the bits v sets; packbits puts column 8j + b at bit 7 - b.
-    table = np.zeros((k, n_bytes, 256))
-    for bit in range(8):
-        table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, 7 - bit, :].T[:, :, None]
-    flat = table.reshape(k, -1)
+    flat = byte_subset_sums(values.T, n_bytes)
     offset = (np.arange(n_bytes, dtype=np.int32) * 256)[None, :]
     as_bytes = words.view(np.uint8)
     step = max(1, (1 << 20) // n_bytes)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vecsched.core.groups import byte_subset_sums
+
 CELLS_PER_PRODUCT = 1 << 22
 SWEEP_CELLS = 1 << 22  # (row, item) cells a row sweep holds at once
 SWEEP_TABLE_CELLS = 1 << 22  # byte-table entries (items / 8 x 256 x weights) a row sweep builds at once
@@ -197,10 +199,7 @@ def _sweep_segment(out: np.ndarray, matrix: np.ndarray, rows: np.ndarray, row_at
     """
     n_w, e = w.shape
     n_bytes = -(-e // 8)
-    padded = np.zeros((n_w, n_bytes * 8))
-    padded[:, :e] = w
-    bits = (np.arange(256)[:, None] >> np.arange(7, -1, -1)[None, :]) & 1  # np.packbits: first item in the high bit
-    tables = (padded.reshape(n_w, n_bytes, 8) @ bits.T.astype(np.float64)).reshape(n_w, -1)
+    tables = byte_subset_sums(w)
     first_bits = np.array([(0xFF00 >> k) & 0xFF for k in range(8)], np.intp)  # a byte's first k items
     whole, bit = below // 8, below % 8
     partial = np.minimum(whole, n_bytes - 1)
