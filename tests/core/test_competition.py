@@ -118,3 +118,56 @@ def test_the_sweep_equals_brute_force_with_count_and_jobs_packed_or_apart(queue,
         assert count[k] == len(ahead)
         assert jobs_ahead[k] == sum(int(jobs[j]) for j in ahead)
         assert work_ahead[k] == sum(int(work[j]) for j in ahead)
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues(), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([1 << 22, 64]))
+def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, packed_cost, block):
+    # PACKED_COST 0 packs every signature some class walks, 2 none (a signature is walked by
+    # at most every class); BLOCK 64 cuts the packed pass into blocks of a class or two.
+    # SWEEP_COST is raised so that every class is walked.
+    import vecsched.core.competition as C
+
+    position, signature, klass, takeable, jobs, work, members = queue
+    saved = C.PACKED_COST, C.SWEEP_COST, C.BLOCK
+    taken = []
+    real = C._sum_packed
+    try:
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = packed_cost, 1e9, block
+        C._sum_packed = lambda *a: taken.append(len(a[0])) or real(*a)
+        count, jobs_ahead, work_ahead = competition(
+            position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
+        )
+    finally:
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = saved
+        C._sum_packed = real
+    if packed_cost == 2.0:
+        assert not taken
+    ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
+    np.testing.assert_array_equal(count, ahead.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (ahead * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
+
+
+def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
+    # Forty classes of about four members each take random halves of 200 signatures of one
+    # request each: against the anchor "nothing", each signature is walked by about half the
+    # classes, far above PACKED_COST, so all are packed.
+    import vecsched.core.competition as C
+
+    rng = np.random.default_rng(5)
+    n_sig, n_class = 200, 40
+    position = rng.permutation(n_sig)
+    signature = np.arange(n_sig)
+    jobs = rng.integers(1, 5, n_sig)
+    work = jobs * rng.integers(1, 4000, n_sig)
+    takeable = rng.random((n_class, n_sig)) < 0.5
+    members = rng.choice(n_sig, 150, replace=False)
+    klass = rng.integers(0, n_class, 150)
+    class_size = np.bincount(klass, minlength=n_class)
+    packed = C._packed_signatures(pack_words(takeable), class_size, np.ones(n_sig, dtype=np.int64))
+    assert packed.all()
+    count, jobs_ahead, work_ahead = competition(position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
+    np.testing.assert_array_equal(count, ahead.sum(1))
+    np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
