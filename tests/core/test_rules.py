@@ -66,3 +66,18 @@ def test_worker_option_bits_match_the_reference_allow_flags_and_capabilities():
             assert bool(int(wk.has_bits[k]) & int(rules.OPTION_BIT[option.name])) == ok, (worker["id"], option.name)
         served_any |= int(wk.has_bits[k])
     assert served_any == (1 << len(rules.IMAGE_OPTIONS)) - 1
+
+
+def test_bridge_agents_parse_to_name_and_leading_version_whatever_repeats_or_is_missing():
+    # Parsed once per distinct string: repeats, None, NaN and a string beside its twin
+    # must each get what parsing it alone gives.
+    parse_bridge_agents = rules.parse_bridge_agents
+    agents = np.array(["AI Horde Worker reGen:9.1.0:https://x", None, "kobold:5-beta", "kobold", "",
+                       "AI Horde Worker reGen:9.1.0:https://x", float("nan"), "a:b:c:d", "kobold:5-beta"],
+                      dtype=object)
+    names, versions = parse_bridge_agents(agents)
+    assert names.tolist() == ["AI Horde Worker reGen", "", "kobold", "kobold", "", "AI Horde Worker reGen", "",
+                              "a", "kobold"]
+    assert versions.tolist() == [9, 0, 5, 0, 0, 9, 0, 0, 5]
+    alone = [parse_bridge_agents(agents[k : k + 1]) for k in range(len(agents))]
+    assert [n[0] for n, _ in alone] == names.tolist() and [v[0] for _, v in alone] == versions.tolist()

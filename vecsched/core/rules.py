@@ -179,6 +179,16 @@ def parse_bridge_agents(agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     if len(agents) == 0:
         return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
+    # A horde runs a few dozen bridge builds: parse each distinct string once (20,000
+    # workers: 0.7 s of string splitting per cycle otherwise).
+    codes, distinct = pd.factorize(pd.Series(agents, dtype=object), use_na_sentinel=False)
+    names, versions = _parse_distinct_agents(np.asarray(distinct, dtype=object))
+    return names[codes], versions[codes]
+
+
+def _parse_distinct_agents(agents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if len(agents) == 0:
+        return np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64)
     parts = pd.Series(agents, dtype=object).str.split(":", n=2, expand=True)
     if parts.shape[1] < 2:
         parts[1] = None
