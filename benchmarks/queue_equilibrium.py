@@ -5,9 +5,11 @@
 Builds the scenario of the checkout on ``PYTHONPATH`` (no warm-up, no tail:
 minute 0 is the first arrival stream's start), runs it minute by minute and
 prints one JSON object: per gentype the waiting queue (requests with jobs not
-yet handed out) at the marks, and per ten-minute window the requests arrived,
-finished, expired and cancelled per minute. A queue in equilibrium holds
-about level and finishes about what arrives, less what users give up.
+yet handed out) at the marks, per ten-minute window the requests arrived,
+finished, expired and cancelled per minute, and the share of the serving
+threads busy, sampled every 10 s while more than ``DEEP`` requests wait. A
+queue in equilibrium holds about level and finishes about what arrives, less
+what users give up.
 """
 
 from __future__ import annotations
@@ -17,24 +19,31 @@ import json
 from typing import Any
 
 MARKS = (2, 10, 20, 30, 40)
+DEEP = 200  # a queue deeper than this keeps every thread that may serve it busy, unless eligibility forbids
 
 
 def measure(name: str, minutes: int, seed: int, *, window: int = 10) -> dict[str, Any]:
-    """The queue at :data:`MARKS` (within ``minutes``) and per-window flows, per gentype name."""
+    """The queue at :data:`MARKS` (within ``minutes``), per-window flows and busy share, per gentype name."""
     from vecsched.simulate.scenarios import build, scenario
     from vecsched.snapshot.schema import GENTYPES
 
     sim, _ = build(scenario(name), seed, minutes, warmup=0.0)
     t0 = sim.now
     queue: dict[str, dict[int, int]] = {}
-    for minute in range(1, minutes + 1):
-        sim.run_until(t0 + 60.0 * minute)
-        if minute in MARKS:
-            for g in GENTYPES:
-                queue.setdefault(g, {})[minute] = 0
-            for r in sim.requests.values():
-                if r.queued:
-                    queue[GENTYPES[r.gentype]][minute] += 1
+    busy = {g: [0, 0] for g in GENTYPES}  # busy and serving threads, summed over deep samples
+    for tick in range(1, 6 * minutes + 1):
+        sim.run_until(t0 + 10.0 * tick)
+        waiting = [0] * len(GENTYPES)
+        for r in sim.requests.values():
+            waiting[r.gentype] += r.queued
+        for code, g in enumerate(GENTYPES):
+            if tick % 6 == 0 and tick // 6 in MARKS:
+                queue.setdefault(g, {})[tick // 6] = waiting[code]
+            if waiting[code] > DEEP:
+                serving = [w for w in sim.workers.values()
+                           if w.online and w.gentype == code and not w.paused and not w.maintenance]
+                busy[g][0] += sum(min(w.busy, w.threads) for w in serving)
+                busy[g][1] += sum(w.threads for w in serving)
     flows: dict[str, dict[str, dict[str, float]]] = {}
     for r in sim.requests.values():
         g = flows.setdefault(GENTYPES[r.gentype], {})
@@ -48,6 +57,7 @@ def measure(name: str, minutes: int, seed: int, *, window: int = 10) -> dict[str
             span[kind] += 1.0 / window
     return {"scenario": name, "seed": seed, "minutes": minutes,
             "queue": {g: q for g, q in queue.items() if g in flows},
+            "busy_when_deep": {g: round(b / t, 3) for g, (b, t) in busy.items() if t},
             "per_minute": {g: dict(sorted(f.items(), key=lambda kv: int(kv[0].split("-")[0])))
                            for g, f in flows.items()}}
 

@@ -6,7 +6,9 @@ popularity, mostly single-model text workers, speeds spread over an order of
 magnitude, a long kudos tail of priorities) plus an optional ``setup`` hook
 that adds what makes the scenario special (a burst, a lone worker, a drought).
 Arrival rates are set from a target load: ``load = 1`` means requests arrive
-as fast as the whole gentype's true capacity could serve them.
+as fast as the whole gentype's true capacity could serve them, that capacity
+being what the simulator's own job times and gaps let its threads finish
+(:meth:`Population.capacity`), not their generation speed alone.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Scenario:
     description: str
     text_workers: int = 40
     image_workers: int = 0
-    text_load: float = 0.85  # arrival work / true capacity of the gentype
+    text_load: float = 0.85  # arrival rate / true capacity of the gentype (Population.capacity)
     image_load: float = 0.85
     text_models: int = 12  # distinct models in use per gentype
     image_models: int = 10
