@@ -5,7 +5,7 @@
 Builds the scenario of the checkout on ``PYTHONPATH`` (no warm-up, no tail:
 minute 0 is the first arrival stream's start), runs it minute by minute and
 prints one JSON object: per gentype the waiting queue (requests with jobs not
-yet handed out) at the marks, per ten-minute window the requests arrived,
+yet handed out) and the serving threads online at the marks, per ten-minute window the requests arrived,
 finished, expired and cancelled per minute, and the share of the serving
 threads busy, sampled every 10 s while more than ``DEEP`` requests wait. A
 queue in equilibrium holds about level and finishes about what arrives, less
@@ -30,6 +30,7 @@ def measure(name: str, minutes: int, seed: int, *, window: int = 10) -> dict[str
     sim, _ = build(scenario(name), seed, minutes, warmup=0.0)
     t0 = sim.now
     queue: dict[str, dict[int, int]] = {}
+    threads: dict[str, dict[int, int]] = {}  # serving threads online at the marks
     busy = {g: [0, 0] for g in GENTYPES}  # busy and serving threads, summed over deep samples
     for tick in range(1, 6 * minutes + 1):
         sim.run_until(t0 + 10.0 * tick)
@@ -37,11 +38,12 @@ def measure(name: str, minutes: int, seed: int, *, window: int = 10) -> dict[str
         for r in sim.requests.values():
             waiting[r.gentype] += r.queued
         for code, g in enumerate(GENTYPES):
+            serving = [w for w in sim.workers.values()
+                       if w.online and w.gentype == code and not w.paused and not w.maintenance]
             if tick % 6 == 0 and tick // 6 in MARKS:
                 queue.setdefault(g, {})[tick // 6] = waiting[code]
+                threads.setdefault(g, {})[tick // 6] = sum(w.threads for w in serving)
             if waiting[code] > DEEP:
-                serving = [w for w in sim.workers.values()
-                           if w.online and w.gentype == code and not w.paused and not w.maintenance]
                 busy[g][0] += sum(min(w.busy, w.threads) for w in serving)
                 busy[g][1] += sum(w.threads for w in serving)
     flows: dict[str, dict[str, dict[str, float]]] = {}
@@ -57,6 +59,7 @@ def measure(name: str, minutes: int, seed: int, *, window: int = 10) -> dict[str
             span[kind] += 1.0 / window
     return {"scenario": name, "seed": seed, "minutes": minutes,
             "queue": {g: q for g, q in queue.items() if g in flows},
+            "threads": {g: t for g, t in threads.items() if g in flows},
             "busy_when_deep": {g: round(b / t, 3) for g, (b, t) in busy.items() if t},
             "per_minute": {g: dict(sorted(f.items(), key=lambda kv: int(kv[0].split("-")[0])))
                            for g, f in flows.items()}}
