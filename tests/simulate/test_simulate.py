@@ -162,8 +162,10 @@ def test_every_scenario_serves_work_and_emits_valid_snapshots(name):
 @pytest.mark.parametrize("name", ["steady", "chat_heavy", "targeted", "image_mix", "slow_unsampled"])
 def test_simulator_eligibility_matches_the_scalar_reference(name):
     # No worker leaves, so every worker in the snapshot is present in the simulation
-    # and the two must agree pair by pair (chat fallback included).
-    sc = scenario(name, leave_per_min=0.0)
+    # and the two must agree pair by pair (chat fallback included). Three times the
+    # scenario's load keeps a queue deep enough at four minutes to check many requests.
+    base = SCENARIOS[name]
+    sc = scenario(name, leave_per_min=0.0, text_load=3 * base.text_load, image_load=3 * base.image_load)
     sim, _ = build(sc, seed=2, minutes=3, warmup=120)
     sim.run_until(sim.start + 240)
     snap = sim.snapshot()

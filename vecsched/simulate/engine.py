@@ -61,6 +61,7 @@ AGING_STEP = 50  # ... each waiting request gains 50 priority
 EVENT_WINDOW = 900.0  # dispatches and returns kept in snapshots (SPEC: at least 10 minutes)
 OFFLINE_KEEP = 600.0  # a departed worker stays in snapshots (offline) this long
 CHECK_IN_PERIOD = 60.0  # workers check in at least this often while present
+FAULT_SPAN = (0.1, 1.0)  # a faulted job ends after this share of its time
 
 _ENUM_NAMES = {"gentype": GENTYPES, "chat_mode": CHAT_MODES, "source_processing": SOURCE_PROCESSING}
 
@@ -551,14 +552,30 @@ class Simulation:
         self.dispatches.append(dispatch)
         self._record("dispatch", request_id=r.id, gentype=r.gentype, worker_id=w.id, job_id=job.id,
                      dispatch=dispatch)
-        speed = w.true_speed * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else w.true_speed
-        duration = r.output / speed
-        if self.job_time is not None:
-            duration, speed = self.job_time(w, r, speed)
+        duration, speed = self.job_seconds(w, r)
         if self.fault_rate and self.rng.random() < self.fault_rate:
-            self.at(now + self.rng.uniform(0.1, 1.0) * duration, self._end_job, job, False, speed)
+            self.at(now + self.rng.uniform(*FAULT_SPAN) * duration, self._end_job, job, False, speed)
         else:
             self.at(now + duration, self._end_job, job, True, speed)
+
+    def job_seconds(self, w: SimWorker, r: SimRequest) -> tuple[float, float]:
+        """Draw one job of ``r`` on ``w``: its seconds, and the speed the horde then records."""
+        speed = w.true_speed * math.exp(self.rng.gauss(0.0, self.noise)) if self.noise else w.true_speed
+        if self.job_time is not None:
+            return self.job_time(w, r, speed)
+        return r.output / speed, speed
+
+    def thread_seconds(self, w: SimWorker, r: SimRequest) -> float:
+        """Draw the seconds one thread of ``w`` is kept from popping by one job of ``r``, on average.
+
+        The job (:meth:`job_seconds`) and the gap before the thread pops again,
+        plus the expected cost of faults: a faulted job held its thread for
+        part of its time and is handed out again.
+        """
+        busy = self.job_seconds(w, r)[0]
+        gap = sum(self.overhead) / 2.0
+        lost = (sum(FAULT_SPAN) / 2.0 * busy + gap) * self.fault_rate / (1.0 - self.fault_rate)
+        return busy + gap + lost
 
     def _end_job(self, job: SimJob, ok: bool, speed: float) -> None:
         w, r = job.worker, job.request

@@ -107,13 +107,26 @@ def _served_model(sim: Any, gentype: int) -> str | None:
     return sim.rng.choices(names, [weights[m] for m in names])[0]
 
 
+def burst_share(realism: Realism) -> float:
+    """The long-run share of time :func:`arrivals` spends in a burst.
+
+    Bursts start as a Poisson process and a new one resets the end, so a
+    moment is in a burst when the latest start is younger than that burst's
+    length D: P = 1 - E[exp(-lambda D)], D uniform over ``burst_minutes``.
+    """
+    per_minute = realism.burst_per_hour / 60.0
+    low, high = realism.burst_minutes
+    if high <= low:
+        return 1.0 - math.exp(-per_minute * low)
+    return 1.0 - (math.exp(-per_minute * low) - math.exp(-per_minute * high)) / (per_minute * (high - low))
+
+
 def arrivals(pop: Any, realism: Realism, gentype: int, rate: float, until: float) -> None:
     """Bursty, daily-cycle arrivals at a mean of ``rate`` per second, models following what is served."""
     if rate <= 0:
         return
     sim = pop.sim
-    burst_share = realism.burst_per_hour / 60.0 * sum(realism.burst_minutes) / 2.0 / 60.0
-    calm_rate = rate / (1.0 + burst_share * (realism.burst_factor - 1.0))
+    calm_rate = rate / (1.0 + burst_share(realism) * (realism.burst_factor - 1.0))
     state = {"burst_until": -math.inf}
 
     def current_rate() -> float:

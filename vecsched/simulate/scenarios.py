@@ -6,7 +6,9 @@ popularity, mostly single-model text workers, speeds spread over an order of
 magnitude, a long kudos tail of priorities) plus an optional ``setup`` hook
 that adds what makes the scenario special (a burst, a lone worker, a drought).
 Arrival rates are set from a target load: ``load = 1`` means requests arrive
-as fast as the whole gentype's true capacity could serve them.
+as fast as the whole gentype's true capacity could serve them, that capacity
+being what the simulator's own job times and gaps let its threads finish
+(:meth:`Population.capacity`), not their generation speed alone.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Scenario:
     description: str
     text_workers: int = 40
     image_workers: int = 0
-    text_load: float = 0.85  # arrival work / true capacity of the gentype
+    text_load: float = 0.85  # arrival rate / true capacity of the gentype (Population.capacity)
     image_load: float = 0.85
     text_models: int = 12  # distinct models in use per gentype
     image_models: int = 10
@@ -105,6 +107,7 @@ class Population:
     paint_models: list[str] = field(default_factory=list)
     users: list[str] = field(default_factory=list)
     user_priority: dict[str, int] = field(default_factory=dict)
+    rates: dict[int, float] = field(default_factory=dict)  # mean arrivals per second, per gentype (build)
     _n: int = 0
 
     def __post_init__(self) -> None:
@@ -270,6 +273,33 @@ class Population:
         common.update(override)
         return SimRequest(**common)
 
+    def capacity(self, gentype: int, samples: int = 1000) -> float:
+        """Requests per second the gentype's serving workers finish when kept busy: its true capacity.
+
+        Each thread finishes one request per ``n`` times the seconds a job
+        keeps it from popping (:meth:`Simulation.thread_seconds`: the job as
+        the simulator runs it, realism's prompt time and early stops included,
+        the gap before the next pop, faults), averaged over ``samples``
+        requests drawn as arrivals are; summed over the threads of the online
+        workers that are neither paused nor in maintenance. Draws from the
+        simulation's generator and puts it back, as :meth:`mean_work` does.
+        """
+        sim = self.sim
+        workers = [w for w in sim.workers.values()
+                   if w.online and w.gentype == gentype and not w.paused and not w.maintenance]
+        saved = sim.rng.getstate(), self._n
+        try:
+            drawn = [self.request(gentype) for _ in range(samples)]
+            return sum(w.threads / (sum(r.n * sim.thread_seconds(w, r) for r in drawn) / samples)
+                       for w in workers)
+        finally:
+            sim.rng.setstate(saved[0])
+            self._n = saved[1]
+
+    def arrival_rate(self, gentype: int, load: float) -> float:
+        """Requests per second that make ``load`` of the gentype's :meth:`capacity`."""
+        return load * self.capacity(gentype)
+
     def mean_work(self, gentype: int, samples: int = 400) -> float:
         """Mean output of one request (all its jobs), by drawing from a side generator."""
         saved = self.sim.rng.getstate(), self._n
@@ -371,12 +401,12 @@ def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
     ):
         if not count:
             continue
-        capacity = sum(w.true_speed * w.threads for w in sim.workers.values()
-                       if w.gentype == g and not w.paused and not w.maintenance)
+        rate = pop.arrival_rate(g, load)
+        pop.rates[g] = rate
         if scenario.realism is not None:
-            realistic_arrivals(pop, scenario.realism, g, load * capacity / pop.mean_work(g), end)
+            realistic_arrivals(pop, scenario.realism, g, rate, end)
         else:
-            pop.arrivals(g, load * capacity / pop.mean_work(g), end)
+            pop.arrivals(g, rate, end)
     if scenario.realism is not None:
         realistic_churn(pop, scenario.realism, end)
     else:
@@ -393,18 +423,15 @@ def _burst(sim: Simulation, pop: Population) -> None:
     # A minute after the warm-up, the most popular model (about 30% of the
     # traffic) gets four times its usual stream for three minutes.
     model = pop.text_models[0]
-    base = pop.scenario.text_load * sum(
-        w.true_speed * w.threads for w in sim.workers.values()) / pop.mean_work(TEXT)
     start = sim.now + 240.0
-    pop.arrivals(TEXT, 3 * 0.3 * base, start + 180.0, start=start, models=(model,))
+    pop.arrivals(TEXT, 3 * 0.3 * pop.rates[TEXT], start + 180.0, start=start, models=(model,))
 
 
 def _lone_idle(sim: Simulation, pop: Population) -> None:
     # One worker alone serves a rare model whose requests trickle in, while the
     # rest of the horde starts with ten minutes of backlog and stays overloaded:
     # the lone worker's users wait seconds, not the backlog.
-    capacity = sum(w.true_speed * w.threads for w in sim.workers.values())
-    for _ in range(int(600 * capacity / pop.mean_work(TEXT))):
+    for _ in range(int(600 * pop.capacity(TEXT))):
         sim.add_request(pop.request(TEXT))
     model = "koboldcpp/lonely-7b"
     w = pop.worker(TEXT, models=(model,), threads=1, true_speed=18.0, chat_mode=CHAT_OPT_IN,
