@@ -251,16 +251,10 @@ def _walk(
     sig_in_order = signature[by_position]
     weights_in_order = (jobs[by_position], work[by_position])
 
-    # Signatures whose difference from the anchors most classes would walk are
-    # answered apart, by per-class prefix sums over their requests packed as bits.
-    packed = _packed_signatures(class_takeable ^ anchors[anchor_of], class_size, sig_size)
-    if packed.any():
-        packed_sums = _sum_packed(
-            np.flatnonzero(packed[sig_in_order]), class_takeable, n_signatures, sig_in_order,
-            weights_in_order, by_class, class_start, at,
-        )
-        keep = ~pack_words(packed[None, :])[0]
-        class_takeable, anchors = class_takeable & keep, anchors & keep
+    class_takeable, anchors, packed_sums = _pack_apart(
+        class_takeable, anchors, anchor_of, class_size, sig_size, sig_in_order, weights_in_order,
+        by_class, class_start, at,
+    )
     step = max(1, BLOCK // max(n_signatures, 1))
     anchor_bounds = np.searchsorted(anchor_of, np.arange(len(anchors) + 1))
     for k, anchor in enumerate(anchors):
@@ -294,10 +288,7 @@ def _walk(
                 )
                 result += sign * sums
             for j in range(3):
-                out[j][block_members] = result[j]
-    if packed.any():
-        for j in range(3):
-            out[j][:] += packed_sums[j]
+                out[j][block_members] = result[j] + packed_sums[j][block_members]
     return out  # type: ignore[return-value]
 
 
@@ -305,6 +296,34 @@ def _walk(
 # signatures (a bit gathered and packed, and a byte-table lookup per weight and eight
 # requests, against an entry sorted and searched); see _packed_signatures.
 PACKED_COST = 1 / 16
+
+
+def _pack_apart(
+    class_takeable: np.ndarray,
+    anchors: np.ndarray,
+    anchor_of: np.ndarray,
+    class_size: np.ndarray,
+    sig_size: np.ndarray,
+    sig_in_order: np.ndarray,
+    weights_in_order: tuple[np.ndarray, np.ndarray],
+    by_class: np.ndarray,
+    class_start: np.ndarray,
+    at: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(class_takeable, anchors, sums)``: the packed signatures answered, and cleared from the walk.
+
+    Signatures whose difference from the anchors most classes would walk
+    (:func:`_packed_signatures`) are summed for every member by
+    :func:`_sum_packed`; the rows and anchors returned no longer hold them, so
+    the walk adds the rest.
+    """
+    packed = _packed_signatures(class_takeable ^ anchors[anchor_of], class_size, sig_size)
+    if not packed.any():
+        return class_takeable, anchors, np.zeros((3, len(at)), dtype=np.int64)
+    sums = _sum_packed(np.flatnonzero(packed[sig_in_order]), class_takeable, len(sig_size), sig_in_order,
+                       weights_in_order, by_class, class_start, at)
+    keep = ~pack_words(packed[None, :])[0]
+    return class_takeable & keep, anchors & keep, sums
 
 
 def _packed_signatures(difference: np.ndarray, class_size: np.ndarray, sig_size: np.ndarray) -> np.ndarray:
