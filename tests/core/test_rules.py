@@ -81,3 +81,13 @@ def test_bridge_agents_parse_to_name_and_leading_version_whatever_repeats_or_is_
     assert versions.tolist() == [9, 0, 5, 0, 0, 9, 0, 0, 5]
     alone = [parse_bridge_agents(agents[k : k + 1]) for k in range(len(agents))]
     assert [n[0] for n, _ in alone] == names.tolist() and [v[0] for _, v in alone] == versions.tolist()
+
+
+def test_bridge_versions_are_read_as_the_scalar_reference_reads_them():
+    # Any digits (not only ASCII), however many, leading zeros included: the capability a
+    # version grants (capped at 9) must be the reference's.
+    agents = np.array(["AI Horde Worker reGen:٣:u", "AI Horde Worker reGen:0000000000012:u",
+                       "AI Horde Worker reGen:123456789012345678901234:u", "x:7.5", "x::8", "x"], dtype=object)
+    names, versions = rules.parse_bridge_agents(agents)
+    assert names.tolist() == [reference.bridge_name(a) for a in agents]
+    assert np.minimum(versions, 9).tolist() == [min(reference.bridge_version(a), 9) for a in agents]
