@@ -120,7 +120,7 @@ def binned_sums(
     xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
     w = np.take(weights, order, axis=1).astype(np.float64)
     below = np.searchsorted(xs, query_x, "left")
-    rows, row_at = np.unique(query_row, return_inverse=True)
+    rows, row_at = bounded_unique(query_row, len(sets.matrix))
     # A threshold above every item reads each row's totals.
     everything = np.all(below == e, axis=1)
     some = np.flatnonzero(~everything)
@@ -145,7 +145,7 @@ def binned_sums(
     flat, item = expand_ranges(full.ravel() * step, below.ravel())
     row = np.take(np.tile(query_row, n_t), flat)
     held = _held(sets.matrix, row, np.take(col, item))
-    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(np.ascontiguousarray(w.T), item[held], axis=0))
+    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(w, item[held], axis=1))
     return out
 
 
@@ -159,7 +159,7 @@ def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.n
     which grows with the queue, multiplied every query's read.
     """
     per_col = np.bincount(item_col, minlength=n_cols)
-    n_rows = len(np.unique(query_row))
+    n_rows = np.count_nonzero(np.bincount(query_row))
     return per_col[item_col] * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
 
 
@@ -180,7 +180,7 @@ def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, i
     order = np.argsort(item_x, kind="stable")
     col, w = np.take(item_col, order), np.take(weights, order, axis=1).astype(np.float64)
     below = np.searchsorted(np.take(item_x, order), query_x, "left")
-    rows, row_at = np.unique(query_row, return_inverse=True)
+    rows, row_at = bounded_unique(query_row, len(matrix))
     step = max(8, SWEEP_TABLE_CELLS // (256 * len(w)) // 8 * 8)
     for lo in range(0, len(col), step):
         hi = min(lo + step, len(col))
@@ -220,6 +220,23 @@ def _sweep_segment(out: np.ndarray, matrix: np.ndarray, rows: np.ndarray, row_at
             out[m][:, q] += running[local[None, :], whole[:, q]] + np.take(tables[m], tail)
 
 
+def bounded_unique(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for integers in ``[0, bound)``, by marking rather than sorting.
+
+    Row and column numbers are bounded by their matrix; the stage takes their distinct values
+    hundreds of times per estimate, and a sort of each was a tenth of its time.
+
+    Examples
+    --------
+    >>> [a.tolist() for a in bounded_unique(np.array([3, 1, 3, 0]), 5)]
+    [[0, 1, 3], [2, 1, 2, 0]]
+    """
+    present = np.zeros(bound, bool)
+    present[values] = True
+    at = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present), at[values]
+
+
 def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
     """``matrix[row, col]``, by ``np.take`` on the flat matrix: two to three times faster than fancy indexing here.
 
@@ -232,21 +249,23 @@ def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
 
 
 def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
-    """``out[:, target[i]] += values[i]``, ``target`` grouped in runs of equal values, each value in one run.
+    """``out[:, target[i]] += values[:, i]``, ``target`` grouped in runs of equal values, each value in one run.
 
-    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight.
+    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight; ``values`` hold
+    one weight per row, so each run is summed along contiguous memory (about three times faster
+    than runs of rows of a ``(pairs, weights)`` array).
 
     Examples
     --------
     >>> out = np.zeros((1, 3))
-    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0], [2.0], [4.0]]))
+    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0, 2.0, 4.0]]))
     >>> out.tolist()
     [[4.0, 0.0, 3.0]]
     """
     if len(target) == 0:
         return
     starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
-    out[:, target[starts]] += np.add.reduceat(values, starts, axis=0).T
+    out[:, target[starts]] += np.add.reduceat(values, starts, axis=1)
 
 
 def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tuple[RowSets, np.ndarray, np.ndarray]:
@@ -254,10 +273,10 @@ def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tupl
 
     A column no item falls in adds nothing to any sum; reading it costs as much as any other.
     """
-    present, local_col = np.unique(item_col, return_inverse=True)
+    present, local_col = bounded_unique(item_col, sets.matrix.shape[1])
     if len(present) > COMPACT_BELOW * sets.matrix.shape[1]:
         return sets, query_row, item_col
-    rows, query_row = np.unique(query_row, return_inverse=True)
+    rows, query_row = bounded_unique(query_row, len(sets.matrix))
     return row_sets(sets.matrix[rows][:, present]), query_row.ravel(), local_col.ravel()
 
 
@@ -337,7 +356,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
     if len(sparse) == 0:
         return
     n_cols = table.shape[1]
-    by_cell = table.reshape(-1, n_w)
+    by_cell = np.ascontiguousarray(table.reshape(-1, n_w).T)  # (weights, cells): see _add_runs
     sizes = sets.indptr[rows[sparse] + 1] - sets.indptr[rows[sparse]]
     ends = np.cumsum(sizes)
     per_chunk = CELLS_PER_PRODUCT // 4
@@ -346,7 +365,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        _add_runs(flat, f[i], np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=0))
+        _add_runs(flat, f[i], np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=1))
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
