@@ -34,12 +34,13 @@ SWEEP_TABLE_CELLS = 1 << 22  # byte-table entries (items / 8 x 256 x weights) a 
 # an (item, row) cell of a row sweep (:func:`_row_sweep`), per weight.
 COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12, "sweep": 1.0}
 MAX_BINS = 1024
-READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
+READ_CELLS = 1 << 18  # membership cells a read gathers and converts at once: a few hundred rows, held in cache
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
 DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
+BAND_TABLE_CELLS = 1 << 23  # most cells of the light bands' one table (_band_sums)
 
 
 @dataclass(frozen=True)
@@ -377,23 +378,23 @@ def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.
                 which: np.ndarray) -> None:
     """``flat[:, q]``: row ``rows[q]`` of ``sets`` times the table at boundary ``cell[q]``, for the ``q`` in ``which``.
 
-    Queries are taken by runs of a few boundaries (:data:`READ_COLUMNS`): one product
-    per run of the queries' rows with those boundaries' columns, so each query
-    costs a few columns rather than every boundary of every row.
+    Queries sorted by boundary are gathered and converted a chunk at a time (one call for
+    hundreds of rows, few enough to stay in cache, :data:`READ_CELLS`), then each run of queries at one boundary is one product of its
+    slice with that boundary's table: per boundary a product, no gather or conversion of
+    its own (those per-boundary calls were a third of the read).
     """
     n_w = flat.shape[0]
-    n_cols = table.shape[1]
     order = which[np.argsort(cell[which], kind="stable")]
-    per_read = max(1, READ_COLUMNS // n_w)
-    edges = np.searchsorted(cell[order], np.arange(0, len(table) + per_read, per_read))
-    chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
-    for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
-        first = b * per_read
-        block = table[first : first + per_read].transpose(1, 0, 2).reshape(n_cols, -1)
-        for start in range(lo, hi, chunk):
-            q = order[start : min(hi, start + chunk)]
-            sums = (np.take(sets, np.take(rows, q), axis=0).astype(table.dtype) @ block).reshape(len(q), -1, n_w)
-            flat[:, q] = sums[np.arange(len(q)), cell[q] - first].T
+    cells = cell[order]
+    chunk = max(1, READ_CELLS // max(table.shape[1], 1))
+    for lo in range(0, len(order), chunk):
+        q, c = order[lo : lo + chunk], cells[lo : lo + chunk]
+        held = np.take(sets, np.take(rows, q), axis=0).astype(table.dtype)
+        sums = np.empty((len(q), n_w), table.dtype)
+        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        for a, z in zip(starts.tolist(), np.r_[starts[1:], len(q)].tolist()):  # boundaries, not queries
+            np.matmul(held[a:z], table[c[a]], out=sums[a:z])
+        flat[:, q] = sums.T
 
 
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -453,16 +454,106 @@ def dominance_sums(
     band_top = levels[top][band]
     by_band = np.argsort(band[level_at], kind="stable")
     bounds = np.searchsorted(band[level_at][by_band], np.arange(band[-1] + 2))
-    for b in range(band[-1] + 1):
+    tops = levels[top]
+    heavy_band = heavy[top]  # a band closed by a heavy level holds that level's queries alone
+    for b in np.flatnonzero(heavy_band):
         q = by_band[bounds[b] : bounds[b + 1]]
-        high = band_top[b == band][0]
-        above = item_level > high
+        above = item_level > tops[b]
         out[:, :, q] = binned_sums(sets=sets, query_row=query_row[q], query_x=query_x[:, q], item_col=item_col[above],
                                    item_x=item_x[above], weights=weights[:, above])
-        between = np.flatnonzero(~above & (item_level > query_level[q].min()))
+    light = np.flatnonzero(~heavy_band[band[level_at]])
+    if len(light):
+        out[:, :, light] = _band_sums(sets, band[level_at][light], tops, query_row[light], query_x[:, light], item_col,
+                                      item_level, item_x, weights)
+    for b in range(band[-1] + 1):
+        q = by_band[bounds[b] : bounds[b + 1]]
+        between = np.flatnonzero((item_level <= tops[b]) & (item_level > query_level[q].min()))
         if len(between):
             _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights)
     return out
+
+
+def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_row: np.ndarray, query_x: np.ndarray,
+               item_col: np.ndarray, item_level: np.ndarray, item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``out[m, t, q]``: :func:`binned_sums` of the items above ``tops[query_band[q]]``, for every band in one pass.
+
+    Light bands hold a few hundred queries each; a call of :func:`binned_sums` per band
+    sorted, cut and planned its items again each time, and swept many of them (a worker
+    holds few pops above a high priority). Here each item is listed once per band it
+    counts for, the bands' lists one after another in ``x`` order, and one table holds,
+    per band, the sums at every ``step`` items of its list (a step per band, balancing its
+    table against its queries' pairs); a query reads its band's boundary just below its
+    threshold (:func:`_read`) and adds the items of its list between the two pair by pair.
+    Items of rare columns (:func:`_rare_items`) are swept band by band, as before.
+    """
+    n_t, n = query_x.shape
+    n_bands, n_w = len(tops), len(weights)
+    out = np.zeros((n_w, n_t, n))
+    rare = _rare_items(sets.matrix.shape[1], query_row, n_t * n, item_col, n_w)
+    if rare.any():
+        bands, band_at = bounded_unique(query_band, n_bands)
+        by_band = np.argsort(band_at, kind="stable")
+        bounds = np.searchsorted(band_at[by_band], np.arange(len(bands) + 1))
+        for k, b in enumerate(bands):  # bands, not requests: a few dozen
+            q = by_band[bounds[k] : bounds[k + 1]]
+            its = np.flatnonzero(rare & (item_level > tops[b]))
+            if len(its):
+                out[:, :, q] = _row_sweep(sets.matrix, query_row[q], query_x[:, q], item_col[its], item_x[its],
+                                          weights[:, its])
+    kept = np.flatnonzero(~rare & (item_level > tops[0]))
+    if len(kept) == 0:
+        return out
+    sets, query_row, col = _compact(sets, query_row, item_col[kept])
+    order = np.argsort(item_x[kept], kind="stable")
+    xs, col = np.take(item_x[kept], order), np.take(col, order).astype(np.int64)
+    w = np.take(weights[:, kept], order, axis=1).astype(np.float64)
+    # Entry (band b, item j) for every band whose top is below the item's level; band-major, x order within.
+    slot = np.searchsorted(tops, item_level[kept][order], "left")  # the item counts for bands b < slot
+    item, band = expand_ranges(np.zeros(len(xs), np.int64), slot)
+    by_band = np.argsort(band, kind="stable")
+    item, band = item[by_band], band[by_band]
+    seg = np.searchsorted(band, np.arange(n_bands + 1))  # band b's list: entries seg[b] .. seg[b + 1]
+    size = np.diff(seg)
+    # The query's place in its band's list: its entries below the threshold (x ranks order entries within a band).
+    key = band * (len(xs) + 1) + item
+    below = np.searchsorted(key, query_band * (len(xs) + 1) + np.searchsorted(xs, query_x, "left"), "left")
+    n_cols = sets.matrix.shape[1]
+    per_band = np.bincount(query_band, minlength=n_bands) * n_t
+    pair, cell = COSTS["pair"] * per_band / 2, COSTS["cell"] * n_cols * n_w
+    step = np.maximum(1, np.rint(np.sqrt(cell * size / np.maximum(pair, 1e-9)))).astype(np.int64)
+    cells = np.sum(size // step + 1) * n_cols * n_w
+    if cells > BAND_TABLE_CELLS:  # a table within bounds: longer steps, more pairs
+        step = step * -(-cells // BAND_TABLE_CELLS)
+    boundaries = size // step
+    first_cell = np.r_[0, np.cumsum(boundaries + 1)]
+    exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
+    table = _band_table(first_cell, boundaries, seg, step, band, item, col, w, n_cols, np.float32 if exact32 else np.float64)
+    start = seg[query_band]
+    full = (below - start) // step[query_band]
+    part = np.zeros((n_w, n_t, n))
+    _read(part, table, sets, query_row, first_cell[query_band] + full)
+    flat, entry = expand_ranges((start + full * step[query_band]).ravel(), below.ravel())
+    row = np.take(np.tile(query_row, n_t), flat)
+    j = np.take(item, entry)
+    held = _held(sets.matrix, row, np.take(col, j))
+    _add_runs(part.reshape(n_w, n_t * n), flat[held], np.take(w, j[held], axis=1))
+    return out + part
+
+
+def _band_table(first_cell, boundaries, seg, step, band, item, col, w, n_cols, dtype) -> np.ndarray:
+    """``table[first_cell[b] + k, c, m]``: the sum of ``w[m]`` over the first ``k * step[b]`` entries of band b's list in column c."""
+    n_w = len(w)
+    at = np.arange(len(item)) - seg[band]
+    k = at // step[band] + 1
+    inside = k <= boundaries[band]
+    cell = ((first_cell[band[inside]] + k[inside]) * n_cols + col[item[inside]]) * n_w
+    table = np.bincount((cell[None, :] + np.arange(n_w)[:, None]).ravel(), weights=w[:, item[inside]].ravel(),
+                        minlength=first_cell[-1] * n_cols * n_w).astype(dtype, copy=False)
+    table = table.reshape(first_cell[-1], n_cols * n_w)
+    for k in range(1, int(boundaries.max(initial=0)) + 1):  # boundaries, not items: each step adds every band's row
+        rows = first_cell[:-1][boundaries >= k] + k
+        table[rows] += table[rows - 1]
+    return table.reshape(first_cell[-1], n_cols, n_w)
 
 
 def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights) -> None:
