@@ -17,7 +17,7 @@ import numpy as np
 
 from vecsched.core.stall_sums import RowSets, binned_sums
 
-CELLS_PER_CHUNK = 1 << 21
+CELLS_PER_CHUNK = 1 << 18  # a few hundred rows converted at once: they stay in cache for the product
 
 
 def prefix_arrivals(

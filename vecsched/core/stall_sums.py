@@ -131,7 +131,7 @@ def binned_sums(
     # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
     table = _table(sets.matrix.shape[1], col, w, n_bins, step, np.float32 if exact32 else np.float64)
-    totals = np.take(sets.matrix, rows, axis=0).astype(table.dtype) @ table[-1] if everything.any() else None
+    totals = rows_product(sets.matrix, rows, table[-1]) if everything.any() else None
     if len(some):
         part = np.zeros((len(w), len(some), n))
         if product:
@@ -236,6 +236,21 @@ def bounded_unique(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarr
     present[values] = True
     at = np.cumsum(present, dtype=np.int64) - 1
     return np.flatnonzero(present), at[values]
+
+
+def rows_product(matrix: np.ndarray, rows: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``matrix[rows] @ right`` for a boolean ``matrix``, a cache-sized block of rows at a time (:data:`READ_CELLS`).
+
+    Examples
+    --------
+    >>> rows_product(np.array([[True, False], [True, True]]), np.array([1, 1, 0]), np.array([[1.0], [2.0]])).tolist()
+    [[3.0], [3.0], [1.0]]
+    """
+    out = np.empty((len(rows), right.shape[1]), right.dtype)
+    chunk = max(1, READ_CELLS // max(matrix.shape[1], 1))
+    for lo in range(0, len(rows), chunk):
+        np.matmul(np.take(matrix, rows[lo : lo + chunk], axis=0).astype(right.dtype), right, out=out[lo : lo + chunk])
+    return out
 
 
 def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -357,7 +372,7 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
     if len(sparse) == 0:
         return
     n_cols = table.shape[1]
-    by_cell = np.ascontiguousarray(table.reshape(-1, n_w).T)  # (weights, cells): see _add_runs
+    by_cell = table.reshape(-1, n_w)
     sizes = sets.indptr[rows[sparse] + 1] - sets.indptr[rows[sparse]]
     ends = np.cumsum(sizes)
     per_chunk = CELLS_PER_PRODUCT // 4
@@ -366,12 +381,14 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        _add_runs(flat, f[i], np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=1))
+        values = np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=0)
+        _add_runs(flat, f[i], np.ascontiguousarray(values.T))  # the cells read, not the table, made weight rows
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
-        totals = table.sum(axis=1, dtype=np.float64)
-        flat[:, flip] = totals[cell[flip]].T - flat[:, flip]
+        cells, at = bounded_unique(cell[flip], len(table))  # the boundaries read, not every one
+        totals = table[cells].sum(axis=1, dtype=np.float64)
+        flat[:, flip] = totals[at].T - flat[:, flip]
 
 
 def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.ndarray, cell: np.ndarray,
