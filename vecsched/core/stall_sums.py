@@ -119,7 +119,7 @@ def binned_sums(
     sets, query_row, item_col = _compact(sets, query_row, item_col)
     order = np.argsort(item_x, kind="stable")
     xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
-    w = np.take(weights, order, axis=1).astype(np.float64)
+    w = _reorder(weights, order)
     below = np.searchsorted(xs, query_x, "left")
     rows, row_at = bounded_unique(query_row, len(sets.matrix))
     # A threshold above every item reads each row's totals.
@@ -179,7 +179,7 @@ def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, i
     """
     out = np.zeros((len(weights),) + query_x.shape)
     order = np.argsort(item_x, kind="stable")
-    col, w = np.take(item_col, order), np.take(weights, order, axis=1).astype(np.float64)
+    col, w = np.take(item_col, order), _reorder(weights, order)
     below = np.searchsorted(np.take(item_x, order), query_x, "left")
     rows, row_at = bounded_unique(query_row, len(matrix))
     step = max(8, SWEEP_TABLE_CELLS // (256 * len(w)) // 8 * 8)
@@ -251,6 +251,11 @@ def rows_product(matrix: np.ndarray, rows: np.ndarray, right: np.ndarray) -> np.
     for lo in range(0, len(rows), chunk):
         np.matmul(np.take(matrix, rows[lo : lo + chunk], axis=0).astype(right.dtype), right, out=out[lo : lo + chunk])
     return out
+
+
+def _reorder(weights: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``weights[:, order]`` as contiguous doubles: gathered as rows of the transpose (about 5x faster than along axis 1)."""
+    return np.ascontiguousarray(np.take(weights.T, order, axis=0).T, dtype=np.float64)
 
 
 def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
@@ -523,7 +528,7 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     sets, query_row, col = _compact(sets, query_row, item_col[kept])
     order = np.argsort(item_x[kept], kind="stable")
     xs, col = np.take(item_x[kept], order), np.take(col, order).astype(np.int64)
-    w = np.take(weights[:, kept], order, axis=1).astype(np.float64)
+    w = _reorder(weights, kept[order])
     # Entry (band b, item j) for every band whose top is below the item's level; band-major, x order within.
     slot = np.searchsorted(tops, item_level[kept][order], "left")  # the item counts for bands b < slot
     item, band = expand_ranges(np.zeros(len(xs), np.int64), slot)
