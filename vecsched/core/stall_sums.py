@@ -155,13 +155,19 @@ def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.n
 
     Kept in the table, a column costs every (query, threshold) a read; swept
     (:func:`_row_sweep`), each of its items costs one cell per distinct queried
-    row and weight (a read takes its few weights in one product). Columns of few items (a signature one request names, as most requests
+    row and weight (a read takes its few weights in one product), and the read
+    is narrower only if the table is then cut to the other columns. Columns of few items (a signature one request names, as most requests
     naming several models have) are cheaper swept: without this their count,
     which grows with the queue, multiplied every query's read.
     """
     per_col = np.bincount(item_col, minlength=n_cols)
     n_rows = np.count_nonzero(np.bincount(query_row))
-    return per_col[item_col] * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
+    rare_col = per_col * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
+    # A read narrows only when the table is cut to its columns (_compact): sweeping a few items of
+    # columns the table keeps anyway (a worker with one pop) saves nothing and costs every queried row.
+    if np.count_nonzero(~rare_col & (per_col > 0)) > COMPACT_BELOW * n_cols:
+        return np.zeros(len(item_col), bool)
+    return rare_col[item_col]
 
 
 def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,
