@@ -491,7 +491,8 @@ def dominance_sums(
                                    item_x=item_x[above], weights=weights[:, above])
     light = np.flatnonzero(~heavy_band[band[level_at]])
     if len(light):
-        out[:, :, light] = _band_sums(sets, band[level_at][light], tops, query_row[light], query_x[:, light], item_col,
+        light_bands, local = bounded_unique(band[level_at][light], len(tops))  # the light bands, numbered among them
+        out[:, :, light] = _band_sums(sets, local, tops[light_bands], query_row[light], query_x[:, light], item_col,
                                       item_level, item_x, weights)
     for b in range(band[-1] + 1):
         q = by_band[bounds[b] : bounds[b + 1]]
