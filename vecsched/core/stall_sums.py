@@ -512,7 +512,8 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     counts for, the bands' lists one after another in ``x`` order, and one table holds,
     per band, the sums at every ``step`` items of its list (a step per band, balancing its
     table against its queries' pairs); a query reads its band's boundary just below its
-    threshold (:func:`_read`) and adds the items of its list between the two pair by pair.
+    threshold over its band's columns only (:func:`_columns_by_level`) and adds the items of
+    its list between the two pair by pair.
     Items of rare columns (:func:`_rare_items`) are swept band by band, as before.
     """
     n_t, n = query_x.shape
@@ -533,6 +534,7 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     if len(kept) == 0:
         return out
     sets, query_row, col = _compact(sets, query_row, item_col[kept])
+    matrix, col, width = _columns_by_level(sets.matrix, col, item_level[kept], tops)
     order = np.argsort(item_x[kept], kind="stable")
     xs, col = np.take(item_x[kept], order), np.take(col, order).astype(np.int64)
     w = _reorder(weights, kept[order])
@@ -546,7 +548,7 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     # The query's place in its band's list: its entries below the threshold (x ranks order entries within a band).
     key = band * (len(xs) + 1) + item
     below = np.searchsorted(key, query_band * (len(xs) + 1) + np.searchsorted(xs, query_x, "left"), "left")
-    n_cols = sets.matrix.shape[1]
+    n_cols = matrix.shape[1]
     per_band = np.bincount(query_band, minlength=n_bands) * n_t
     pair, cell = COSTS["pair"] * per_band / 2, COSTS["cell"] * n_cols * n_w
     step = np.maximum(1, np.rint(np.sqrt(cell * size / np.maximum(pair, 1e-9)))).astype(np.int64)
@@ -560,13 +562,39 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     start = seg[query_band]
     full = (below - start) // step[query_band]
     part = np.zeros((n_w, n_t, n))
-    _read(part, table, sets, query_row, first_cell[query_band] + full)
+    flat_part = part.reshape(n_w, n_t * n)
+    rows, cells, bands = np.tile(query_row, n_t), (first_cell[query_band] + full).ravel(), np.tile(query_band, n_t)
+    by_band = np.argsort(bands, kind="stable")
+    bounds = np.searchsorted(bands[by_band], np.arange(n_bands + 1))
+    for b in np.flatnonzero((np.diff(bounds) > 0) & (width > 0)):  # bands, not requests: each reads its columns only
+        _read_table(flat_part, table[:, : width[b]], matrix[:, : width[b]], rows, cells, by_band[bounds[b] : bounds[b + 1]])
     flat, entry = expand_ranges((start + full * step[query_band]).ravel(), below.ravel())
-    row = np.take(np.tile(query_row, n_t), flat)
+    row = np.take(rows, flat)
     j = np.take(item, entry)
-    held = _held(sets.matrix, row, np.take(col, j))
+    held = _held(matrix, row, np.take(col, j))
     _add_runs(part.reshape(n_w, n_t * n), flat[held], np.take(w, j[held], axis=1))
     return out + part
+
+
+def _columns_by_level(matrix: np.ndarray, col: np.ndarray, level: np.ndarray, tops: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(matrix, col, width)``: columns ordered by the highest level of their items, so band b's are the first ``width[b]``.
+
+    A band counts the items above its top, which fall in fewer columns the higher the top; each
+    band's queries then read only that prefix of their rows (as a call per band read its own cut).
+
+    Examples
+    --------
+    >>> m, c, w = _columns_by_level(np.array([[True, False, True]]), np.array([0, 2, 2]), np.array([1, 5, 0]), np.array([0, 3]))
+    >>> m.tolist(), c.tolist(), w.tolist()
+    ([[True, True, False]], [1, 0, 0], [2, 1])
+    """
+    highest = np.full(matrix.shape[1], np.iinfo(np.int64).min)
+    np.maximum.at(highest, col, level.astype(np.int64))
+    by_level = np.argsort(highest, kind="stable")[::-1]  # highest first
+    place = np.empty(len(by_level), np.int64)
+    place[by_level] = np.arange(len(by_level))
+    width = len(highest) - np.searchsorted(np.sort(highest), tops, "right")
+    return np.ascontiguousarray(matrix[:, by_level]), place[col], width
 
 
 def _band_table(first_cell, boundaries, seg, step, band, item, col, w, n_cols, dtype) -> np.ndarray:
