@@ -479,18 +479,18 @@ def dominance_sums(
     # Level k tops its band when it is heavy or the next level starts a new budget of items.
     top = heavy | np.r_[at_or_below[1:] // budget != at_or_below[:-1] // budget, True]
     band = np.r_[0, np.cumsum(top)[:-1]]
-    band_top = levels[top][band]
     by_band = np.argsort(band[level_at], kind="stable")
     bounds = np.searchsorted(band[level_at][by_band], np.arange(band[-1] + 2))
     tops = levels[top]
     heavy_band = heavy[top]  # a band closed by a heavy level holds that level's queries alone
-    for b in np.flatnonzero(heavy_band):
+    light = np.flatnonzero(~heavy_band[band[level_at]])
+    fused = len(light) > 0 and _fuse_light_bands(sets, item_col, item_level > tops[~heavy_band].min())
+    for b in np.flatnonzero(heavy_band if fused else np.ones(len(tops), bool)):
         q = by_band[bounds[b] : bounds[b + 1]]
         above = item_level > tops[b]
         out[:, :, q] = binned_sums(sets=sets, query_row=query_row[q], query_x=query_x[:, q], item_col=item_col[above],
                                    item_x=item_x[above], weights=weights[:, above])
-    light = np.flatnonzero(~heavy_band[band[level_at]])
-    if len(light):
+    if fused:
         light_bands, local = bounded_unique(band[level_at][light], len(tops))  # the light bands, numbered among them
         out[:, :, light] = _band_sums(sets, local, tops[light_bands], query_row[light], query_x[:, light], item_col,
                                       item_level, item_x, weights)
@@ -500,6 +500,17 @@ def dominance_sums(
         if len(between):
             _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights)
     return out
+
+
+def _fuse_light_bands(sets: RowSets, item_col: np.ndarray, light_items: np.ndarray) -> bool:
+    """Whether the light bands are summed in one pass (:func:`_band_sums`) rather than by a call each.
+
+    One pass wins when one cut narrows its table (arrivals fall in a few of the signature
+    columns); where the items fill nearly every column (pops by workers), a call per band reads
+    fewer columns, as its own sweep and cut drop the workers with few pops above its top.
+    """
+    present = np.count_nonzero(np.bincount(item_col[light_items], minlength=sets.matrix.shape[1]))
+    return present <= COMPACT_BELOW * sets.matrix.shape[1]
 
 
 def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_row: np.ndarray, query_x: np.ndarray,
@@ -534,7 +545,8 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     if len(kept) == 0:
         return out
     sets, query_row, col = _compact(sets, query_row, item_col[kept])
-    matrix, col, width = _columns_by_level(sets.matrix, col, item_level[kept], tops)
+    rows, query_row = bounded_unique(query_row, len(sets.matrix))  # the queried rows only, reordered below
+    matrix, col, width = _columns_by_level(np.take(sets.matrix, rows, axis=0), col, item_level[kept], tops)
     order = np.argsort(item_x[kept], kind="stable")
     xs, col = np.take(item_x[kept], order), np.take(col, order).astype(np.int64)
     w = _reorder(weights, kept[order])
