@@ -17,8 +17,6 @@ import numpy as np
 
 from vecsched.core.stall_sums import RowSets, binned_sums
 
-CELLS_PER_CHUNK = 1 << 18  # a few hundred rows converted at once: they stay in cache for the product
-
 
 def prefix_arrivals(
     *,
@@ -76,21 +74,6 @@ def prefix_sums(
     # The binned products of stall_sums: rows x signatures x bins, never requests x signatures.
     return binned_sums(sets=takeable, query_row=request_row, query_x=request_position[None, :],
                        item_col=item_signature, item_x=item_position, weights=np.asarray(weights, np.float64))[:, 0]
-
-
-def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
-    """``member @ per_worker`` for a boolean (row, worker) matrix, in row chunks that bound memory.
-
-    Examples
-    --------
-    >>> row_sums(np.array([[True, False], [True, True]]), np.array([[1.0], [2.0]])).tolist()
-    [[1.0], [3.0]]
-    """
-    out = np.zeros((len(member), per_worker.shape[1]))
-    chunk = max(1, CELLS_PER_CHUNK // max(member.shape[1], 1))
-    for lo in range(0, len(member), chunk):
-        out[lo : lo + chunk] = member[lo : lo + chunk].astype(np.float64) @ per_worker
-    return out
 
 
 def takeable_rows(member_words: np.ndarray, worker_signatures: np.ndarray) -> np.ndarray:
