@@ -30,13 +30,15 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
 from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import pack_words, unique_rows, unpack_words
-from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, row_sums, takeable_rows
+from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, takeable_rows
 from vecsched.core.stall_sums import (
     RowSets,
     binned_sums,
+    bounded_unique,
     dominance_sums,
     expand_ranges,
     row_sets,
+    rows_product,
 )
 from vecsched.snapshot.schema import TEXT
 from vecsched.snapshot.snapshot import Snapshot
@@ -340,12 +342,18 @@ def _shared_returns(context: _Context, member: np.ndarray, row_of: np.ndarray, l
     per_worker = np.stack(
         [np.bincount(ev.c_worker[m], weights=None if w is None else w[m], minlength=width) for m, w in columns], axis=1
     )
-    per_row = row_sums(member, per_worker.astype(np.float64))[row_of[shared]]
+    per_row = _per_row(member, row_of[shared], per_worker.astype(np.float64))
     context.incomplete[k] |= per_row[:, 0] > 0
     for h in (0, 1):
         context.counts[h][k] += np.rint(per_row[:, 1 + h]).astype(np.int64)
         context.halves[2 + h][k] += per_row[:, 3 + h]
     context.out["returned_capacity"][k] += np.rint(per_row[:, 1] + per_row[:, 2]).astype(np.int64)
+
+
+def _per_row(member: np.ndarray, rows: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
+    """``member[rows] @ per_worker``, each distinct row once (only the queried rows, not every row of ``member``)."""
+    distinct, at = bounded_unique(rows, len(member))
+    return rows_product(member, distinct, per_worker)[at]
 
 
 def _recent_by_time(context: _Context, member: np.ndarray, row_of: np.ndarray, looked: np.ndarray) -> None:
@@ -481,7 +489,7 @@ def _shared_dispatches(context: _Context, member: np.ndarray, row_of: np.ndarray
                             item_signature=ev.d_worker, weights=weights * ~pp)
     per_worker = np.stack([np.bincount(ev.d_worker, weights=w, minlength=member.shape[1])
                            for w in (*(weights * pp), weights[0])], axis=1)
-    per_row = row_sums(member, per_worker)[rows].T
+    per_row = _per_row(member, rows, per_worker).T
     preceding += per_row[:4]
     opportunities = per_row[4]
     qi, dd = _listed_pairs(context, k)

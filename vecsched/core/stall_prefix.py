@@ -17,8 +17,6 @@ import numpy as np
 
 from vecsched.core.stall_sums import RowSets, binned_sums
 
-CELLS_PER_CHUNK = 1 << 21
-
 
 def prefix_arrivals(
     *,
@@ -78,21 +76,6 @@ def prefix_sums(
                        item_col=item_signature, item_x=item_position, weights=np.asarray(weights, np.float64))[:, 0]
 
 
-def row_sums(member: np.ndarray, per_worker: np.ndarray) -> np.ndarray:
-    """``member @ per_worker`` for a boolean (row, worker) matrix, in row chunks that bound memory.
-
-    Examples
-    --------
-    >>> row_sums(np.array([[True, False], [True, True]]), np.array([[1.0], [2.0]])).tolist()
-    [[1.0], [3.0]]
-    """
-    out = np.zeros((len(member), per_worker.shape[1]))
-    chunk = max(1, CELLS_PER_CHUNK // max(member.shape[1], 1))
-    for lo in range(0, len(member), chunk):
-        out[lo : lo + chunk] = member[lo : lo + chunk].astype(np.float64) @ per_worker
-    return out
-
-
 def takeable_rows(member_words: np.ndarray, worker_signatures: np.ndarray) -> np.ndarray:
     """Per packed row of workers, the OR of those workers' takeable signatures (SPEC section 3, end), as words.
 
@@ -126,5 +109,8 @@ def takeable_rows(member_words: np.ndarray, worker_signatures: np.ndarray) -> np
             table[1 << b : 2 << b] = table[: 1 << b] | eight[7 - b]
         byte = as_bytes[:, run]
         users = np.flatnonzero(byte)
-        out[users] |= table[byte[users]]
+        if 3 * len(users) > len(byte):  # most rows use the run: one gather and an in-place OR (table[0] is 0)
+            np.bitwise_or(out, np.take(table, byte, axis=0), out=out)
+        else:  # few do: only theirs (a scatter costs about three gathers per row)
+            out[users] |= table[byte[users]]
     return out

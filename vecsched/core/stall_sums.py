@@ -34,12 +34,13 @@ SWEEP_TABLE_CELLS = 1 << 22  # byte-table entries (items / 8 x 256 x weights) a 
 # an (item, row) cell of a row sweep (:func:`_row_sweep`), per weight.
 COSTS = {"pair": 16.0, "column": 2.7, "stored": 8.0, "cell": 3.0, "product": 0.12, "sweep": 1.0}
 MAX_BINS = 1024
-READ_COLUMNS = 12  # a dense read's product takes about this many table columns (boundaries x weights)
+READ_CELLS = 1 << 18  # membership cells a read gathers and converts at once: a few hundred rows, held in cache
 COMPACT_BELOW = 0.7  # columns some item falls in, at most this share of all: the matrix is cut to them
 SPARSE_BELOW = 0.03  # a row's stored side this dense or less is read column by column
 BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
 DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
+BAND_TABLE_CELLS = 1 << 23  # most cells of the light bands' one table (_band_sums)
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,9 @@ def binned_sums(
     sets, query_row, item_col = _compact(sets, query_row, item_col)
     order = np.argsort(item_x, kind="stable")
     xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
-    w = np.take(weights, order, axis=1).astype(np.float64)
+    w = _reorder(weights, order)
     below = np.searchsorted(xs, query_x, "left")
-    rows, row_at = np.unique(query_row, return_inverse=True)
+    rows, row_at = bounded_unique(query_row, len(sets.matrix))
     # A threshold above every item reads each row's totals.
     everything = np.all(below == e, axis=1)
     some = np.flatnonzero(~everything)
@@ -130,7 +131,7 @@ def binned_sums(
     # Single precision when every weight is a count whose sums stay below 2**24 (exact); else double.
     exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
     table = _table(sets.matrix.shape[1], col, w, n_bins, step, np.float32 if exact32 else np.float64)
-    totals = np.take(sets.matrix, rows, axis=0).astype(table.dtype) @ table[-1] if everything.any() else None
+    totals = rows_product(sets.matrix, rows, table[-1]) if everything.any() else None
     if len(some):
         part = np.zeros((len(w), len(some), n))
         if product:
@@ -145,7 +146,7 @@ def binned_sums(
     flat, item = expand_ranges(full.ravel() * step, below.ravel())
     row = np.take(np.tile(query_row, n_t), flat)
     held = _held(sets.matrix, row, np.take(col, item))
-    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(np.ascontiguousarray(w.T), item[held], axis=0))
+    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(w, item[held], axis=1))
     return out
 
 
@@ -154,13 +155,19 @@ def _rare_items(n_cols: int, query_row: np.ndarray, n_reads: int, item_col: np.n
 
     Kept in the table, a column costs every (query, threshold) a read; swept
     (:func:`_row_sweep`), each of its items costs one cell per distinct queried
-    row and weight (a read takes its few weights in one product). Columns of few items (a signature one request names, as most requests
+    row and weight (a read takes its few weights in one product), and the read
+    is narrower only if the table is then cut to the other columns. Columns of few items (a signature one request names, as most requests
     naming several models have) are cheaper swept: without this their count,
     which grows with the queue, multiplied every query's read.
     """
     per_col = np.bincount(item_col, minlength=n_cols)
-    n_rows = len(np.unique(query_row))
-    return per_col[item_col] * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
+    n_rows = np.count_nonzero(np.bincount(query_row))
+    rare_col = per_col * n_rows * n_weights * COSTS["sweep"] < n_reads * COSTS["column"]
+    # A read narrows only when the table is cut to its columns (_compact): sweeping a few items of
+    # columns the table keeps anyway (a worker with one pop) saves nothing and costs every queried row.
+    if np.count_nonzero(~rare_col & (per_col > 0)) > COMPACT_BELOW * n_cols:
+        return np.zeros(len(item_col), bool)
+    return rare_col[item_col]
 
 
 def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,
@@ -178,9 +185,9 @@ def _row_sweep(matrix: np.ndarray, query_row: np.ndarray, query_x: np.ndarray, i
     """
     out = np.zeros((len(weights),) + query_x.shape)
     order = np.argsort(item_x, kind="stable")
-    col, w = np.take(item_col, order), np.take(weights, order, axis=1).astype(np.float64)
+    col, w = np.take(item_col, order), _reorder(weights, order)
     below = np.searchsorted(np.take(item_x, order), query_x, "left")
-    rows, row_at = np.unique(query_row, return_inverse=True)
+    rows, row_at = bounded_unique(query_row, len(matrix))
     step = max(8, SWEEP_TABLE_CELLS // (256 * len(w)) // 8 * 8)
     for lo in range(0, len(col), step):
         hi = min(lo + step, len(col))
@@ -220,6 +227,43 @@ def _sweep_segment(out: np.ndarray, matrix: np.ndarray, rows: np.ndarray, row_at
             out[m][:, q] += running[local[None, :], whole[:, q]] + np.take(tables[m], tail)
 
 
+def bounded_unique(values: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for integers in ``[0, bound)``, by marking rather than sorting.
+
+    Row and column numbers are bounded by their matrix; the stage takes their distinct values
+    hundreds of times per estimate, and a sort of each was a tenth of its time.
+
+    Examples
+    --------
+    >>> [a.tolist() for a in bounded_unique(np.array([3, 1, 3, 0]), 5)]
+    [[0, 1, 3], [2, 1, 2, 0]]
+    """
+    present = np.zeros(bound, bool)
+    present[values] = True
+    at = np.cumsum(present, dtype=np.int64) - 1
+    return np.flatnonzero(present), at[values]
+
+
+def rows_product(matrix: np.ndarray, rows: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``matrix[rows] @ right`` for a boolean ``matrix``, a cache-sized block of rows at a time (:data:`READ_CELLS`).
+
+    Examples
+    --------
+    >>> rows_product(np.array([[True, False], [True, True]]), np.array([1, 1, 0]), np.array([[1.0], [2.0]])).tolist()
+    [[3.0], [3.0], [1.0]]
+    """
+    out = np.empty((len(rows), right.shape[1]), right.dtype)
+    chunk = max(1, READ_CELLS // max(matrix.shape[1], 1))
+    for lo in range(0, len(rows), chunk):
+        np.matmul(np.take(matrix, rows[lo : lo + chunk], axis=0).astype(right.dtype), right, out=out[lo : lo + chunk])
+    return out
+
+
+def _reorder(weights: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``weights[:, order]`` as contiguous doubles: gathered as rows of the transpose (about 5x faster than along axis 1)."""
+    return np.ascontiguousarray(np.take(weights.T, order, axis=0).T, dtype=np.float64)
+
+
 def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
     """``matrix[row, col]``, by ``np.take`` on the flat matrix: two to three times faster than fancy indexing here.
 
@@ -232,21 +276,23 @@ def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
 
 
 def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
-    """``out[:, target[i]] += values[i]``, ``target`` grouped in runs of equal values, each value in one run.
+    """``out[:, target[i]] += values[:, i]``, ``target`` grouped in runs of equal values, each value in one run.
 
-    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight.
+    One sum per run (``np.add.reduceat``) instead of one ``bincount`` per weight; ``values`` hold
+    one weight per row, so each run is summed along contiguous memory (about three times faster
+    than runs of rows of a ``(pairs, weights)`` array).
 
     Examples
     --------
     >>> out = np.zeros((1, 3))
-    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0], [2.0], [4.0]]))
+    >>> _add_runs(out, np.array([2, 2, 0]), np.array([[1.0, 2.0, 4.0]]))
     >>> out.tolist()
     [[4.0, 0.0, 3.0]]
     """
     if len(target) == 0:
         return
     starts = np.flatnonzero(np.r_[True, target[1:] != target[:-1]])
-    out[:, target[starts]] += np.add.reduceat(values, starts, axis=0).T
+    out[:, target[starts]] += np.add.reduceat(values, starts, axis=1)
 
 
 def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tuple[RowSets, np.ndarray, np.ndarray]:
@@ -254,10 +300,10 @@ def _compact(sets: RowSets, query_row: np.ndarray, item_col: np.ndarray) -> tupl
 
     A column no item falls in adds nothing to any sum; reading it costs as much as any other.
     """
-    present, local_col = np.unique(item_col, return_inverse=True)
+    present, local_col = bounded_unique(item_col, sets.matrix.shape[1])
     if len(present) > COMPACT_BELOW * sets.matrix.shape[1]:
         return sets, query_row, item_col
-    rows, query_row = np.unique(query_row, return_inverse=True)
+    rows, query_row = bounded_unique(query_row, len(sets.matrix))
     return row_sets(sets.matrix[rows][:, present]), query_row.ravel(), local_col.ravel()
 
 
@@ -346,35 +392,37 @@ def _read(out: np.ndarray, table: np.ndarray, sets: RowSets, query_row: np.ndarr
         hi = max(int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + per_chunk, "right")), lo + 1)
         f = sparse[lo:hi]
         i, j = expand_ranges(sets.indptr[rows[f]], sets.indptr[rows[f] + 1])
-        _add_runs(flat, f[i], np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=0))
+        values = np.take(by_cell, np.take(cell, f[i]) * n_cols + np.take(sets.indices, j), axis=0)
+        _add_runs(flat, f[i], np.ascontiguousarray(values.T))  # the cells read, not the table, made weight rows
         lo = hi
     flip = sparse[sets.complement[rows[sparse]]]
     if len(flip):
-        totals = table.sum(axis=1, dtype=np.float64)
-        flat[:, flip] = totals[cell[flip]].T - flat[:, flip]
+        cells, at = bounded_unique(cell[flip], len(table))  # the boundaries read, not every one
+        totals = table[cells].sum(axis=1, dtype=np.float64)
+        flat[:, flip] = totals[at].T - flat[:, flip]
 
 
 def _read_table(flat: np.ndarray, table: np.ndarray, sets: np.ndarray, rows: np.ndarray, cell: np.ndarray,
                 which: np.ndarray) -> None:
     """``flat[:, q]``: row ``rows[q]`` of ``sets`` times the table at boundary ``cell[q]``, for the ``q`` in ``which``.
 
-    Queries are taken by runs of a few boundaries (:data:`READ_COLUMNS`): one product
-    per run of the queries' rows with those boundaries' columns, so each query
-    costs a few columns rather than every boundary of every row.
+    Queries sorted by boundary are gathered and converted a chunk at a time (one call for
+    hundreds of rows, few enough to stay in cache, :data:`READ_CELLS`), then each run of queries at one boundary is one product of its
+    slice with that boundary's table: per boundary a product, no gather or conversion of
+    its own (those per-boundary calls were a third of the read).
     """
     n_w = flat.shape[0]
-    n_cols = table.shape[1]
     order = which[np.argsort(cell[which], kind="stable")]
-    per_read = max(1, READ_COLUMNS // n_w)
-    edges = np.searchsorted(cell[order], np.arange(0, len(table) + per_read, per_read))
-    chunk = max(1, CELLS_PER_PRODUCT // max(n_cols, 1))
-    for b, (lo, hi) in enumerate(itertools.pairwise(edges)):
-        first = b * per_read
-        block = table[first : first + per_read].transpose(1, 0, 2).reshape(n_cols, -1)
-        for start in range(lo, hi, chunk):
-            q = order[start : min(hi, start + chunk)]
-            sums = (np.take(sets, np.take(rows, q), axis=0).astype(table.dtype) @ block).reshape(len(q), -1, n_w)
-            flat[:, q] = sums[np.arange(len(q)), cell[q] - first].T
+    cells = cell[order]
+    chunk = max(1, READ_CELLS // max(table.shape[1], 1))
+    for lo in range(0, len(order), chunk):
+        q, c = order[lo : lo + chunk], cells[lo : lo + chunk]
+        held = np.take(sets, np.take(rows, q), axis=0).astype(table.dtype)
+        sums = np.empty((len(q), n_w), table.dtype)
+        starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        for a, z in zip(starts.tolist(), np.r_[starts[1:], len(q)].tolist()):  # boundaries, not queries
+            np.matmul(held[a:z], table[c[a]], out=sums[a:z])
+        flat[:, q] = sums.T
 
 
 def expand_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -431,19 +479,150 @@ def dominance_sums(
     # Level k tops its band when it is heavy or the next level starts a new budget of items.
     top = heavy | np.r_[at_or_below[1:] // budget != at_or_below[:-1] // budget, True]
     band = np.r_[0, np.cumsum(top)[:-1]]
-    band_top = levels[top][band]
     by_band = np.argsort(band[level_at], kind="stable")
     bounds = np.searchsorted(band[level_at][by_band], np.arange(band[-1] + 2))
-    for b in range(band[-1] + 1):
+    tops = levels[top]
+    heavy_band = heavy[top]  # a band closed by a heavy level holds that level's queries alone
+    light = np.flatnonzero(~heavy_band[band[level_at]])
+    fused = len(light) > 0 and _fuse_light_bands(sets, item_col, item_level > tops[~heavy_band].min())
+    for b in np.flatnonzero(heavy_band if fused else np.ones(len(tops), bool)):
         q = by_band[bounds[b] : bounds[b + 1]]
-        high = band_top[b == band][0]
-        above = item_level > high
+        above = item_level > tops[b]
         out[:, :, q] = binned_sums(sets=sets, query_row=query_row[q], query_x=query_x[:, q], item_col=item_col[above],
                                    item_x=item_x[above], weights=weights[:, above])
-        between = np.flatnonzero(~above & (item_level > query_level[q].min()))
+    if fused:
+        light_bands, local = bounded_unique(band[level_at][light], len(tops))  # the light bands, numbered among them
+        out[:, :, light] = _band_sums(sets, local, tops[light_bands], query_row[light], query_x[:, light], item_col,
+                                      item_level, item_x, weights)
+    for b in range(band[-1] + 1):
+        q = by_band[bounds[b] : bounds[b + 1]]
+        between = np.flatnonzero((item_level <= tops[b]) & (item_level > query_level[q].min()))
         if len(between):
             _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights)
     return out
+
+
+def _fuse_light_bands(sets: RowSets, item_col: np.ndarray, light_items: np.ndarray) -> bool:
+    """Whether the light bands are summed in one pass (:func:`_band_sums`) rather than by a call each.
+
+    One pass wins when one cut narrows its table (arrivals fall in a few of the signature
+    columns); where the items fill nearly every column (pops by workers), a call per band reads
+    fewer columns, as its own sweep and cut drop the workers with few pops above its top.
+    """
+    present = np.count_nonzero(np.bincount(item_col[light_items], minlength=sets.matrix.shape[1]))
+    return present <= COMPACT_BELOW * sets.matrix.shape[1]
+
+
+def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_row: np.ndarray, query_x: np.ndarray,
+               item_col: np.ndarray, item_level: np.ndarray, item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``out[m, t, q]``: :func:`binned_sums` of the items above ``tops[query_band[q]]``, for every band in one pass.
+
+    Light bands hold a few hundred queries each; a call of :func:`binned_sums` per band
+    sorted, cut and planned its items again each time, and swept many of them (a worker
+    holds few pops above a high priority). Here each item is listed once per band it
+    counts for, the bands' lists one after another in ``x`` order, and one table holds,
+    per band, the sums at every ``step`` items of its list (a step per band, balancing its
+    table against its queries' pairs); a query reads its band's boundary just below its
+    threshold over its band's columns only (:func:`_columns_by_level`) and adds the items of
+    its list between the two pair by pair.
+    Items of rare columns (:func:`_rare_items`) are swept band by band, as before.
+    """
+    n_t, n = query_x.shape
+    n_bands, n_w = len(tops), len(weights)
+    out = np.zeros((n_w, n_t, n))
+    rare = _rare_items(sets.matrix.shape[1], query_row, n_t * n, item_col, n_w)
+    if rare.any():
+        bands, band_at = bounded_unique(query_band, n_bands)
+        by_band = np.argsort(band_at, kind="stable")
+        bounds = np.searchsorted(band_at[by_band], np.arange(len(bands) + 1))
+        for k, b in enumerate(bands):  # bands, not requests: a few dozen
+            q = by_band[bounds[k] : bounds[k + 1]]
+            its = np.flatnonzero(rare & (item_level > tops[b]))
+            if len(its):
+                out[:, :, q] = _row_sweep(sets.matrix, query_row[q], query_x[:, q], item_col[its], item_x[its],
+                                          weights[:, its])
+    kept = np.flatnonzero(~rare & (item_level > tops[0]))
+    if len(kept) == 0:
+        return out
+    sets, query_row, col = _compact(sets, query_row, item_col[kept])
+    rows, query_row = bounded_unique(query_row, len(sets.matrix))  # the queried rows only, reordered below
+    matrix, col, width = _columns_by_level(np.take(sets.matrix, rows, axis=0), col, item_level[kept], tops)
+    order = np.argsort(item_x[kept], kind="stable")
+    xs, col = np.take(item_x[kept], order), np.take(col, order).astype(np.int64)
+    w = _reorder(weights, kept[order])
+    # Entry (band b, item j) for every band whose top is below the item's level; band-major, x order within.
+    slot = np.searchsorted(tops, item_level[kept][order], "left")  # the item counts for bands b < slot
+    item, band = expand_ranges(np.zeros(len(xs), np.int64), slot)
+    by_band = np.argsort(band, kind="stable")
+    item, band = item[by_band], band[by_band]
+    seg = np.searchsorted(band, np.arange(n_bands + 1))  # band b's list: entries seg[b] .. seg[b + 1]
+    size = np.diff(seg)
+    # The query's place in its band's list: its entries below the threshold (x ranks order entries within a band).
+    key = band * (len(xs) + 1) + item
+    below = np.searchsorted(key, query_band * (len(xs) + 1) + np.searchsorted(xs, query_x, "left"), "left")
+    n_cols = matrix.shape[1]
+    per_band = np.bincount(query_band, minlength=n_bands) * n_t
+    pair, cell = COSTS["pair"] * per_band / 2, COSTS["cell"] * n_cols * n_w
+    step = np.maximum(1, np.rint(np.sqrt(cell * size / np.maximum(pair, 1e-9)))).astype(np.int64)
+    cells = np.sum(size // step + 1) * n_cols * n_w
+    if cells > BAND_TABLE_CELLS:  # a table within bounds: longer steps, more pairs
+        step = step * -(-cells // BAND_TABLE_CELLS)
+    boundaries = size // step
+    first_cell = np.r_[0, np.cumsum(boundaries + 1)]
+    exact32 = bool(np.all(w == np.rint(w)) and np.abs(w).sum(axis=1).max() < 2**24)
+    table = _band_table(first_cell, boundaries, seg, step, band, item, col, w, n_cols, np.float32 if exact32 else np.float64)
+    start = seg[query_band]
+    full = (below - start) // step[query_band]
+    part = np.zeros((n_w, n_t, n))
+    flat_part = part.reshape(n_w, n_t * n)
+    rows, cells, bands = np.tile(query_row, n_t), (first_cell[query_band] + full).ravel(), np.tile(query_band, n_t)
+    by_band = np.argsort(bands, kind="stable")
+    bounds = np.searchsorted(bands[by_band], np.arange(n_bands + 1))
+    for b in np.flatnonzero((np.diff(bounds) > 0) & (width > 0)):  # bands, not requests: each reads its columns only
+        _read_table(flat_part, table[:, : width[b]], matrix[:, : width[b]], rows, cells, by_band[bounds[b] : bounds[b + 1]])
+    flat, entry = expand_ranges((start + full * step[query_band]).ravel(), below.ravel())
+    row = np.take(rows, flat)
+    j = np.take(item, entry)
+    held = _held(matrix, row, np.take(col, j))
+    _add_runs(part.reshape(n_w, n_t * n), flat[held], np.take(w, j[held], axis=1))
+    return out + part
+
+
+def _columns_by_level(matrix: np.ndarray, col: np.ndarray, level: np.ndarray, tops: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(matrix, col, width)``: columns ordered by the highest level of their items, so band b's are the first ``width[b]``.
+
+    A band counts the items above its top, which fall in fewer columns the higher the top; each
+    band's queries then read only that prefix of their rows (as a call per band read its own cut).
+
+    Examples
+    --------
+    >>> m, c, w = _columns_by_level(np.array([[True, False, True]]), np.array([0, 2, 2]), np.array([1, 5, 0]), np.array([0, 3]))
+    >>> m.tolist(), c.tolist(), w.tolist()
+    ([[True, True, False]], [1, 0, 0], [2, 1])
+    """
+    highest = np.full(matrix.shape[1], np.iinfo(np.int64).min)
+    np.maximum.at(highest, col, level.astype(np.int64))
+    by_level = np.argsort(highest, kind="stable")[::-1]  # highest first
+    place = np.empty(len(by_level), np.int64)
+    place[by_level] = np.arange(len(by_level))
+    width = len(highest) - np.searchsorted(np.sort(highest), tops, "right")
+    return np.ascontiguousarray(matrix[:, by_level]), place[col], width
+
+
+def _band_table(first_cell, boundaries, seg, step, band, item, col, w, n_cols, dtype) -> np.ndarray:
+    """``table[first_cell[b] + k, c, m]``: the sum of ``w[m]`` over the first ``k * step[b]`` entries of band b's list in column c."""
+    n_w = len(w)
+    at = np.arange(len(item)) - seg[band]
+    k = at // step[band] + 1
+    inside = k <= boundaries[band]
+    cell = ((first_cell[band[inside]] + k[inside]) * n_cols + col[item[inside]]) * n_w
+    table = np.bincount((cell[None, :] + np.arange(n_w)[:, None]).ravel(), weights=w[:, item[inside]].ravel(),
+                        minlength=first_cell[-1] * n_cols * n_w).astype(dtype, copy=False)
+    table = table.reshape(first_cell[-1], n_cols * n_w)
+    for k in range(1, int(boundaries.max(initial=0)) + 1):  # boundaries, not items: each step adds every band's row
+        rows = first_cell[:-1][boundaries >= k] + k
+        table[rows] += table[rows - 1]
+    return table.reshape(first_cell[-1], n_cols, n_w)
 
 
 def _pairs_above(out, q, between, sets, query_row, query_level, query_x, item_col, item_level, item_x, weights) -> None:
