@@ -48,8 +48,8 @@ from vecsched.core.groups import (
     bit_sums,
     holders,
     or_by_lists,
-    or_rows_by_bits,
-    or_rows_dense,
+    or_distinct_by_bits,
+    or_distinct_dense,
     pack_words,
     row_codes,
     transpose_words,
@@ -69,16 +69,11 @@ WORDS_PER_DENSE_RUN = 10_000
 
 
 @dataclass(frozen=True)
-class Takes:
-    """What the requests' eligible workers could take (SPEC section 3, end), for competition.
+class TakeTables:
+    """Signatures and take classes of one gentype (SPEC section 3, end): what :class:`Takes` forms on first read.
 
     Attributes
     ----------
-    takeable : ndarray of uint64
-        Per row of the result (see :attr:`Eligibility.row`), the signatures its
-        eligible workers could take, as 64-bit words. Formed on first read:
-        of the SPEC 3-6 stages only text competition (and image competition
-        with ``eligible_image_wait``) reads it, might_stall reads it per gentype.
     signature : ndarray
         Each request's (merged) signature.
     n_signatures : int
@@ -87,14 +82,62 @@ class Takes:
         Each take class's signatures (64-bit words).
     worker_class : ndarray
         The take class of each usable worker of the gentype, in worker row order.
+    class_first : ndarray
+        A usable worker of each take class.
     """
 
     signature: np.ndarray
     n_signatures: int
     class_rows: np.ndarray
     worker_class: np.ndarray
-    # class_rows -> (distinct takeable rows, each row's place among them)
-    rows_of: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] = field(repr=False, compare=False)
+    class_first: np.ndarray
+
+
+@dataclass(frozen=True)
+class Takes:
+    """What the requests' eligible workers could take (SPEC section 3, end), formed on first read.
+
+    Nothing is formed until read: of the SPEC 3-6 stages only text competition
+    (and image competition with ``eligible_image_wait``) reads it, inside the
+    eligibility stage; might_stall reads image's in its own stage.
+
+    Attributes
+    ----------
+    signature, n_signatures, class_rows, worker_class
+        See :class:`TakeTables`.
+    takeable : ndarray of uint64
+        Per row of the result (see :attr:`Eligibility.row`), the signatures its
+        eligible workers could take, as 64-bit words.
+    """
+
+    # () -> the tables; (tables, class_rows) -> (distinct takeable rows, each row's place among them)
+    form: Callable[[], TakeTables] = field(repr=False, compare=False)
+    rows_for: Callable[[TakeTables, np.ndarray], tuple[np.ndarray, np.ndarray]] = field(repr=False, compare=False)
+
+    @cached_property
+    def tables(self) -> TakeTables:
+        """The signatures and take classes, formed once."""
+        return self.form()
+
+    @property
+    def signature(self) -> np.ndarray:
+        return self.tables.signature
+
+    @property
+    def n_signatures(self) -> int:
+        return self.tables.n_signatures
+
+    @property
+    def class_rows(self) -> np.ndarray:
+        return self.tables.class_rows
+
+    @property
+    def worker_class(self) -> np.ndarray:
+        return self.tables.worker_class
+
+    def rows_of(self, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(distinct, of)`` for ``class_rows`` (a row per take class, any columns) in place of :attr:`class_rows`."""
+        return self.rows_for(self.tables, class_rows)
 
     @cached_property
     def distinct_takeable(self) -> tuple[np.ndarray, np.ndarray]:
@@ -153,8 +196,6 @@ def eligibility(
     flags = _flag_tables(wk, cols, gates)
     shared = _shared_groups(wk, cols, sets, flags)
     special = _special_groups(wk, rq, cols, shared.group_of, excluded, every_request_special)
-    # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
-    w_class, class_first = _take_classes(wk, cols, sets)
     found = _special_sums(
         wk, rq, cols, sets, flags, special, excluded, shared.w_values,
         # might_stall and the forecasts read special rows' workers again (row_words)
@@ -165,7 +206,7 @@ def eligibility(
     all_sums = np.concatenate([shared.sums, found.sums])
     takes = None
     if with_competition:
-        takes = _takes(wk, cols, gates, sets, flags, shared, found, w_class, class_first)
+        takes = _takes(wk, cols, gates, sets, flags, shared, found)
     return Eligibility(
         workers=np.rint(all_sums[row, 0]).astype(np.int64),
         threads=np.rint(all_sums[row, 1]).astype(np.int64),
@@ -641,10 +682,38 @@ def _takes(
     flags: FlagTables,
     shared: SharedGroups,
     found: SpecialSums,
-    w_class: np.ndarray,
-    class_first: np.ndarray,
 ) -> Takes:
-    """Signatures, merged where every take class treats them alike, and each row's takeable ones."""
+    """What each row's eligible workers could take, formed when first read (:class:`Takes`)."""
+
+    def form() -> TakeTables:
+        # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
+        w_class, class_first = _take_classes(wk, cols, sets)
+        signature, n_signatures, class_rows = _signatures(wk, cols, gates, sets, class_first)
+        return TakeTables(signature, n_signatures, class_rows, w_class, class_first)
+
+    def rows_for(tables: TakeTables, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w_class, class_first = tables.worker_class, tables.class_first
+        n_class, n_special = len(class_first), len(found.sums)
+        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
+        shared_rows, special_rows = nothing[0], nothing[0]
+        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
+        if shared.n and n_class:
+            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+        pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
+        if len(pair):  # (special group, class), deduplicated per block
+            special_rows, special_of = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
+        # Special rows often equal shared ones: one code over both.
+        both = np.concatenate([shared_rows, special_rows])
+        codes, first = row_codes(both)
+        return both[first], codes[np.r_[shared_of, special_of + len(shared_rows)]]
+
+    return Takes(form, rows_for)
+
+
+def _signatures(
+    wk: WorkerArrays, cols: GateColumns, gates: _GentypeGates, sets: ModelSets, class_first: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """Each request's signature, merged where every take class treats them alike; their count; each class's row."""
     r_kind, r_kind_first = factorize_rows(*cols.r_kind)
     w_kind, w_kind_first = factorize_rows(*cols.w_kind)
     kinds_ok = gates.kind([c[r_kind_first] for c in cols.r_kind], [c[w_kind_first] for c in cols.w_kind])
@@ -656,24 +725,7 @@ def _takes(
     can_take = by_set[sets.r_set[raw_sig_first]] & by_kind[r_kind[raw_sig_first]]
     merged_of, merged_first = row_codes(can_take)
     class_rows = transpose_words(can_take[merged_first], len(class_first))  # class -> signatures
-
-    def rows_of(class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n_class, n_special = len(class_first), len(found.sums)
-        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
-        shared_rows, special_rows = nothing[0], nothing[0]
-        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
-        if shared.n and n_class:
-            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
-        pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
-        if len(pair):  # (special group, class), deduplicated per block
-            special_rows = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-            special_of = np.arange(n_special)
-        # Special rows often equal shared ones: one code over both.
-        codes, first = row_codes(np.concatenate([shared_rows, special_rows]))
-        both = np.concatenate([shared_rows, special_rows])[first]
-        return both, codes[np.r_[shared_of, special_of + len(shared_rows)]]
-
-    return Takes(merged_of[raw_sig], len(merged_first), class_rows, w_class, rows_of)
+    return merged_of[raw_sig], len(merged_first), class_rows
 
 
 def _shared_takeable(
@@ -713,9 +765,9 @@ def _shared_takeable(
     holding = _model_class_bits(wk, cols, class_first, k_model)
     codes, k_code = np.unique(k_first, return_inverse=True)
     passing = np.packbits(flags_by_class[codes // n_rflags, :, codes % n_rflags], axis=1, bitorder="little")
-    key_rows = _or_rows_by_key_bits(holding & passing[k_code.ravel()], class_rows)
+    key_rows, key_row = _or_rows_by_key_bits(holding & passing[k_code.ravel()], class_rows)
     key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
-    return _or_combinations(key_group, key_code[key_of_pair], key_rows[distinct_first], n_group)
+    return _or_combinations(key_group, key_code[key_row[key_of_pair]], key_rows[distinct_first], n_group)
 
 
 def _or_combinations(
@@ -796,8 +848,8 @@ def _flags_by_class(
     return out
 
 
-def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
-    """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
+def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, of)``: ``distinct[of[k]]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``.
 
     Keys with the same set of sources are answered once: many groups (all
     "any model" groups with alike flags, say) OR the same classes. Where its
@@ -806,15 +858,17 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
     sources at a time and needs no sort. Where keys have few sources each (groups
     ORing their models' key rows), :func:`vecsched.core.groups.or_rows_by_pairs`
     is cheaper still: its cost follows pairs x words, not the runs of sources.
+    Rows of ``distinct`` may be equal; keys with the same sources share one.
     """
     out = np.zeros((n_keys, rows.shape[1]), dtype=rows.dtype)
+    every = np.arange(n_keys)
     if len(key) == 0:
-        return out
+        return out, every
     pair_words = len(key) * rows.shape[1]
     if pair_words <= min(BLOCK_ELEMENTS, WORDS_PER_DENSE_RUN * -(-len(rows) // 8)):
-        return or_rows_by_pairs(key, source, rows, n_keys)
+        return or_rows_by_pairs(key, source, rows, n_keys), every
     if n_keys * -(-len(rows) // 8) <= DENSE_TABLE_BYTES:
-        return or_rows_dense(key, source, rows, n_keys)
+        return or_distinct_dense(key, source, rows, n_keys)
     order = np.lexsort((source, key))
     key, source = key[order], source[order]
     lists = ListColumn(np.r_[0, np.cumsum(np.bincount(key, minlength=n_keys))].astype(np.int64), source)
@@ -832,10 +886,10 @@ def _or_rows_by_key(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_key
         out[key[seg]] = or_by_segments(rows[source[seg[0] : end]], seg - seg[0])
         a = stop
     # Every key takes the row of the first key with its set of sources.
-    return out[first[np.searchsorted(distinct, same_sources)]]
+    return out, first[np.searchsorted(distinct, same_sources)]
 
 
-def _or_rows_by_key_bits(key_bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _or_rows_by_key_bits(key_bits: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_or_rows_by_key` for keys given as source bits (:func:`vecsched.core.groups.or_rows_by_bits`).
 
     Where the eight-at-a-time OR would be chosen, it reads the bits as they
@@ -846,7 +900,7 @@ def _or_rows_by_key_bits(key_bits: np.ndarray, rows: np.ndarray) -> np.ndarray:
     pair_words = n_pairs * rows.shape[1]
     by_pairs = pair_words <= min(BLOCK_ELEMENTS, WORDS_PER_DENSE_RUN * -(-len(rows) // 8))
     if n_pairs and not by_pairs and n_keys * n_runs <= DENSE_TABLE_BYTES:
-        return or_rows_by_bits(key_bits, rows)
+        return or_distinct_by_bits(key_bits, rows)
     step = max(1, BLOCK_ELEMENTS // max(n_runs * 8, 1))
     pairs = [np.nonzero(np.unpackbits(key_bits[a : a + step], axis=1, count=len(rows), bitorder="little"))
              for a in range(0, n_keys, step)]
