@@ -242,3 +242,23 @@ def test_or_rows_agree_when_rows_are_ored_a_slice_of_words_at_a_time(case, width
     want_wide = (member[:, :, None] & wide[None, :, :]).any(axis=1)
     np.testing.assert_array_equal(unpack_words(distinct, wide.shape[1])[of], want_wide)
     np.testing.assert_array_equal(unpack_words(by_pairs, wide.shape[1]), want_wide)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=8), min_size=1, max_size=4),
+       st.booleans())
+def test_distinct_stacked_rows_codes_the_stack_as_row_codes_does(parts, collide):
+    import vecsched.core.groups as groups
+
+    arrays = [np.array(p, dtype=np.uint64).reshape(-1, 2) << np.uint64(62) for p in parts]
+    stacked = np.concatenate(arrays)
+    old = groups._row_hashes
+    try:
+        if collide:  # every row hashed alike: the exact fallback
+            groups._row_hashes = lambda w: [np.zeros(len(w), np.int64)]
+        distinct, codes = groups.distinct_stacked_rows(arrays)
+    finally:
+        groups._row_hashes = old
+    want, _ = factorize_rows(*stacked.T.astype(np.int64))
+    np.testing.assert_array_equal(codes, want)
+    np.testing.assert_array_equal(distinct[codes], stacked)

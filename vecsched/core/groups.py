@@ -477,11 +477,11 @@ def _table_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
     out = np.zeros((n_rows, k))
     n_bytes = n_words * 8
     flat = byte_subset_sums(values.T, n_bytes)
-    offset = (np.arange(n_bytes, dtype=np.int32) * 256)[None, :]
+    offset = (np.arange(n_bytes, dtype=np.intp) * 256)[None, :]  # intp: take converts any other index first
     as_bytes = words.view(np.uint8)
     step = max(1, (1 << 20) // n_bytes)
     for a in range(0, n_rows, step):
-        index = as_bytes[a : a + step] + offset  # int32
+        index = as_bytes[a : a + step] + offset
         for j in range(k):
             out[a : a + step, j] = np.take(flat[j], index).sum(axis=1)
     return out
@@ -507,6 +507,44 @@ def row_codes(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return_inverse=True,
     )
     return factorize_rows(inverse.ravel())
+
+
+def distinct_stacked_rows(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct, codes)``: :func:`row_codes` of the rows of ``parts`` stacked, without stacking them.
+
+    ``distinct`` holds the first row of each code (``distinct[codes]`` is the
+    stack); each part is hashed where it lies, and only the rows compared or
+    kept are gathered. All parts have the same number of words per row.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a, b = np.array([[1], [2]], dtype=np.uint64), np.array([[2], [3]], dtype=np.uint64)
+    >>> distinct, codes = distinct_stacked_rows([a, b])
+    >>> distinct.ravel().tolist(), codes.tolist()
+    ([1, 2, 3], [0, 1, 1, 2])
+    """
+    offsets = np.cumsum([0] + [len(p) for p in parts])
+    n, n_words = int(offsets[-1]), parts[0].shape[1]
+
+    def rows(at: np.ndarray) -> np.ndarray:
+        out = np.empty((len(at), n_words), dtype=parts[0].dtype)
+        part_of = np.searchsorted(offsets, at, side="right") - 1
+        for k, part in enumerate(parts):
+            mine = np.flatnonzero(part_of == k)
+            out[mine] = part[at[mine] - offsets[k]]
+        return out
+
+    if n == 0:
+        return np.zeros((0, n_words), dtype=parts[0].dtype), np.zeros(0, dtype=np.int64)
+    hashes = np.concatenate([_row_hashes(part)[0] for part in parts if len(part)])
+    codes, first = factorize_rows(hashes)
+    copies = np.flatnonzero(first[codes] != np.arange(n))  # a first row equals itself
+    if np.array_equal(rows(copies), rows(first[codes[copies]])):
+        return rows(first), codes
+    stacked = np.concatenate(parts)  # a collision: row_codes sorts the rows
+    codes, first = row_codes(stacked)
+    return stacked[first], codes
 
 
 def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
