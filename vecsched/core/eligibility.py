@@ -705,9 +705,14 @@ def _takes(
         pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
         if len(pair):  # (special group, class), deduplicated per block
             special_rows, special_of = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
-        # Special rows often equal shared ones: one code over both.
+        # Special rows often equal shared ones: one code over both. Codes are numbered by first
+        # appearance over the shared rows, then each special group's row: competition's classes
+        # follow this order, and its cost depends on it (measured: 1.5x at 50k in another order).
         distinct, codes = distinct_stacked_rows([shared_rows, special_rows])
-        return distinct, codes[np.r_[shared_of, special_of + len(shared_rows)]]
+        appearance = np.r_[codes[: len(shared_rows)], codes[len(shared_rows) + special_of]]
+        code, first = factorize_rows(appearance)
+        ordered = distinct[appearance[first]]
+        return ordered, code[np.r_[shared_of, len(shared_rows) + np.arange(len(special_of))]]
 
     return Takes(form, rows_for)
 

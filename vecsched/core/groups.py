@@ -329,6 +329,13 @@ def or_distinct_by_bits(key_bits: np.ndarray, rows: np.ndarray) -> tuple[np.ndar
         return np.zeros((0, n_words), dtype=rows.dtype), np.zeros(0, dtype=np.int64)
     as_void = np.ascontiguousarray(key_bits).view(np.dtype((np.void, n_runs))).ravel()
     _, first, same = np.unique(as_void, return_index=True, return_inverse=True)
+    # Distinct keys numbered by first appearance, as row_codes numbers rows: callers' orders
+    # (competition classes follow them, and its cost follows their order) stay as they were.
+    by_appearance = np.argsort(first, kind="stable")
+    first = first[by_appearance]
+    rank = np.empty_like(by_appearance)
+    rank[by_appearance] = np.arange(len(by_appearance))
+    same = rank[same.ravel()]
     run_bits = np.ascontiguousarray(key_bits[first].T)  # (runs, distinct keys)
     pairs_in_run = np.bitwise_count(run_bits).sum(axis=1, dtype=np.int64)
     runs = np.flatnonzero(pairs_in_run)
@@ -343,7 +350,7 @@ def or_distinct_by_bits(key_bits: np.ndarray, rows: np.ndarray) -> tuple[np.ndar
         _or_runs(part, source, run_bits, runs, users, pairs_in_run)
         if part is not out:
             out[:, a : a + width] = part
-    return out, same.ravel()
+    return out, same
 
 
 def _or_runs(
