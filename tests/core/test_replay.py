@@ -122,15 +122,17 @@ def test_a_request_that_expires_unstarted_is_a_stall_and_frees_its_turn() -> Non
 
 
 def test_a_start_within_the_stall_margin_of_expiry_is_a_stall_with_the_same_p50s() -> None:
-    # One thread: r2 starts at 100 s with 880 s left, within 800 thread-seconds / 1 thread of its
-    # expiry: a stall (text's default margin); r3 starts at 200 s with 1,190 s left: not one.
+    # One thread: r2 starts at 100 s with 380 s left, within 300 thread-seconds / 1 thread of its
+    # expiry: a stall (text's default margin); r3 starts at 200 s with 530 s left: not one (it was
+    # under the old 800).
     doc = _doc([_worker("A", ["m"], speed=1.0)],
-               [_request("r1", ["m"], 30), _request("r2", ["m"], 20, life=900.0), _request("r3", ["m"], 10)])
+               [_request("r1", ["m"], 30), _request("r2", ["m"], 20, life=400.0),
+                _request("r3", ["m"], 10, life=540.0)])
     got = _replay(doc)
     assert [got[r]["start_p50"] for r in ("r1", "r2", "r3")] == [0.0, 100.0, 200.0]
     assert [got[r]["predicted_stall"] for r in ("r1", "r2", "r3")] == [False, True, False]
     # A narrower margin, none, or only image's: r2 is no stall, and no p50 moves.
-    for margin in ((400.0, 0.0), (0.0, 0.0), (0.0, 800.0)):
+    for margin in ((200.0, 0.0), (0.0, 0.0), (0.0, 300.0)):
         other = _replay(doc, _settings(arrival_window=0.0, poll=3.0, overhead=0.0, stall_margin=margin))
         assert not any(other[r]["predicted_stall"] for r in other)
         assert all(other[r]["start_p50"] == got[r]["start_p50"] and other[r]["completion_p50"] == got[r]["completion_p50"]

@@ -72,7 +72,9 @@ class ReplaySettings:
     starts within ``stall_margin / eligible threads`` seconds of its expiry
     is a predicted stall too (a start that close, resting on few threads, is
     one worker's departure or one burst away from missing; text only by
-    default, see docs/replay.md). Start and completion p50s are unchanged.
+    default, 300: chosen on the equilibrium scenarios, where 800 flagged too
+    many requests that then started, see docs/accuracy.md, "Text stall margin
+    on the equilibrium loads"). Start and completion p50s are unchanged.
     ``served_peers``: the gentypes (codes) whose served-at-once copies (see
     ``served_arrivals``) may go to any worker offering exactly the models of
     the worker that took the original, not to that worker alone: the request's
@@ -119,7 +121,7 @@ class ReplaySettings:
     absent_after: float | None = 120.0
     prior_jobs: float = 3.0
     gap_cap: float = 10.0
-    stall_margin: tuple[float, ...] = (800.0, 0.0)
+    stall_margin: tuple[float, ...] = (300.0, 0.0)
     served_peers: tuple[int, ...] = ()
     served_view: tuple[float, ...] = (0.4, 0.0)
     calm_view: tuple[float, ...] = (0.0, 0.25)
