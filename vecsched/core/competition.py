@@ -143,17 +143,32 @@ def _sweep(
     Each weight is its own matrix-vector product: OpenBLAS multiplies a few
     rows by a (signatures x 3) matrix about 1.5x slower than by three vectors
     (0.68 against 3 x 0.15 ns per row element, one thread). Count and jobs
-    share one vector where they fit: jobs above ``shift`` bits, the count
-    below (a count of requests is below 2**shift); every partial sum is then
-    an integer below 2**53, exact.
+    share one vector where they fit (:func:`_count_under_jobs`).
     """
     count, jobs, work = weights_in_order
-    shift = len(count).bit_length()
-    if float(jobs.sum()) * 2.0**shift + len(count) < 2.0**53:
+    shift = _count_under_jobs(jobs)
+    if shift is not None:
         both = _sweep_columns(at, member_class, class_takeable, n_signatures, sig_in_order,
                               np.stack([jobs * 2.0**shift + count, work]))
-        return np.stack([both[:, 0] & ((1 << shift) - 1), both[:, 0] >> shift, both[:, 1]], axis=1)
+        return np.stack([*_split_count_jobs(both[:, 0], shift), both[:, 1]], axis=1)
     return _sweep_columns(at, member_class, class_takeable, n_signatures, sig_in_order, weights_in_order)
+
+
+def _count_under_jobs(jobs: np.ndarray) -> int | None:
+    """The shift that lets one float64 weight carry jobs and a count of requests, or None.
+
+    Jobs go above ``shift`` bits and the count below (a count of these
+    requests is below 2**shift); where the jobs' total leaves every partial
+    sum an integer below 2**53, the sums are exact. Split them again with
+    :func:`_split_count_jobs`.
+    """
+    shift = len(jobs).bit_length()
+    return shift if float(jobs.sum()) * 2.0**shift + len(jobs) < 2.0**53 else None
+
+
+def _split_count_jobs(both: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(count, jobs)`` of integer sums of :func:`_count_under_jobs`' shared weight."""
+    return both & ((1 << shift) - 1), both >> shift
 
 
 def _sweep_columns(
@@ -366,16 +381,15 @@ def _sum_packed(
     its sums, and their running sum along the bytes answers a member by the
     bytes before its place plus the masked byte at it. Cost: classes x
     ``len(ranks)`` / 8 per weight, whatever the classes take. As in
-    :func:`_sweep`, count and jobs share one weight where every sum stays an
-    integer below 2**53 (exact in float64).
+    :func:`_sweep`, count and jobs share one weight where they fit
+    (:func:`_count_under_jobs`).
     """
     out = np.zeros((3, len(at)), dtype=np.int64)
     if len(ranks) == 0:  # the packed signatures have no request in the queue
         return out
     jobs, work = weights_in_order[0][ranks], weights_in_order[1][ranks]
-    shift = len(ranks).bit_length()
-    shared = float(jobs.sum()) * 2.0**shift + len(ranks) < 2.0**53
-    weights = np.stack([jobs * 2.0**shift + 1, work] if shared else [np.ones(len(ranks)), jobs, work])
+    shift = _count_under_jobs(jobs)
+    weights = np.stack([jobs * 2.0**shift + 1, work] if shift is not None else [np.ones(len(ranks)), jobs, work])
     table = byte_subset_sums(weights)  # (weights, bytes x 256)
     columns = sig_in_order[ranks]
     step = max(1, BLOCK // max(n_signatures + len(ranks), 1))
@@ -388,9 +402,8 @@ def _sum_packed(
             continue
         row_of = np.repeat(np.arange(len(live)), class_start[classes[live] + 1] - class_start[classes[live]])
         sums = _packed_prefix(rows[live], table, row_of, np.searchsorted(ranks, at[who]))
-        if shared:
-            both = sums[0]
-            sums = np.stack([both & ((1 << shift) - 1), both >> shift, sums[1]])
+        if shift is not None:
+            sums = np.stack([*_split_count_jobs(sums[0], shift), sums[1]])
         out[:, who] = sums
     return out
 
@@ -402,13 +415,14 @@ def _packed_prefix(rows: np.ndarray, table: np.ndarray, row_of: np.ndarray, plac
     # The items of the query's own byte that come before it (np.packbits: first item = high bit).
     head = (0xFF00 >> below).astype(np.uint8)
     inside = byte < n_bytes
-    partial = np.zeros(len(place), dtype=np.int32)
+    # intp indices: np.take converts any other index array to intp first.
+    partial = np.zeros(len(place), dtype=np.intp)
     partial[inside] = rows[row_of[inside], byte[inside]] & head[inside]
-    partial += np.minimum(byte, n_bytes - 1).astype(np.int32) * 256
+    partial += np.minimum(byte, n_bytes - 1) * 256
     # Byte-major, so that consecutive lookups read one byte's 256 entries of the table (a
     # row-major pass jumps 2 KiB at every lookup: 0.33 s against 0.24 s of CPU for 1,113
     # classes x 10,700 bytes of random values, one process, in turns).
-    index = rows.T + (np.arange(n_bytes, dtype=np.int32) * 256)[:, None]
+    index = rows.T + (np.arange(n_bytes, dtype=np.intp) * 256)[:, None]
     out = np.empty((len(table), len(place)), dtype=np.int64)
     running = np.zeros((n_bytes + 1, len(rows)))
     for j, weights in enumerate(table):
