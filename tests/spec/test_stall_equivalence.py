@@ -58,7 +58,9 @@ def check(doc: dict, seen: Counter) -> None:
 def test_stall_equals_reference_and_reaches_every_evidence() -> None:
     seen: Counter = Counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+    # Derandomized: the assertion below is about the generator's reach, so it must judge the
+    # same examples on every run (a random draw of 500 once missed the rarest evidence).
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(doc=stall_hordes())
     def run(doc: dict) -> None:
