@@ -237,6 +237,17 @@ def fit_exponent(x: list[float], y: list[float]) -> dict[str, float] | None:
     return {"exponent": slope, "upper_half_exponent": upper, "last_step_exponent": last, "points": len(pts)}
 
 
+def spec_3_6(point: dict[str, Any]) -> float | None:
+    """A measured point's SPEC 3-6 seconds (median over runs; older results: the sum of the stage medians)."""
+    from .report import STAGES
+
+    batch = point.get("batch") or {}
+    if "spec_3_6_s" in batch:
+        return float(batch["spec_3_6_s"])
+    stages = batch.get("stages_s") or {}
+    return float(sum(stages[s] for s in STAGES)) if all(s in stages for s in STAGES) else None
+
+
 def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
     """The plotted/fitted quantities of a sweep, one list per quantity."""
     def get(p: dict[str, Any], *path: str) -> float | None:
@@ -248,6 +259,7 @@ def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
 
     out: dict[str, list[float | None]] = {
         "batch": [get(p, "batch", "total_s") for p in points],
+        "spec_3_6": [spec_3_6(p) for p in points],
         "floor": [get(p, "floor", "total") for p in points],
         "dense": [get(p, "dense", "total_s") for p in points],
         "per_request_path": [get(p, "per_request", "scaled_to_queue_s") for p in points],

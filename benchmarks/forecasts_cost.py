@@ -34,7 +34,7 @@ ids = snapshot.requests.id
 skip = ids[: int(len(ids) * 0.99)]  # a cycle where 1% of the queue is new
 vecsched.estimate(snapshot)  # cold run, not counted
 print(json.dumps({"ready": True}), flush=True)
-spec = ("prepare", "horde", "eligibility", "competition", "figures")
+from benchmarks.report import STAGES as spec
 for line in sys.stdin:
     full = vecsched.estimate(snapshot).timings
     new = vecsched.estimate(snapshot, forecast_skip=skip).timings

@@ -48,6 +48,7 @@ from vecsched.service.read import status
 from vecsched.service.store.redis import RedisStore
 from vecsched.service.store.sql import SQLStore
 from vecsched.synthetic import horde
+from benchmarks.report import STAGES as SPEC_STAGES
 
 workers, requests, seed, db, redis_url, new_share = sys.argv[1:7]
 url, schema = db, None
@@ -114,7 +115,7 @@ try:
         report = job.run_cycle(loader, store, lambda: snap.now + cycle, interval=5.0, estimate=estimate)
         assert report.ok, report.error
         in_estimate = sum(timings.values())
-        spec = sum(timings.get(k, 0.0) for k in ("prepare", "horde", "eligibility", "competition", "figures"))
+        spec = sum(timings.get(k, 0.0) for k in SPEC_STAGES)
         rest = report.estimate - in_estimate
         figures = {"load": report.load, "spec_3_6": spec, "stall": timings.get("stall", 0.0),
                    "forecasts": timings.get("forecasts", 0.0), "job": rest, "publish": report.publish,

@@ -26,6 +26,7 @@ import numpy as np
 
 import vecsched.core.estimate as stages
 from benchmarks.floor import one_pass
+from benchmarks.report import STAGES
 from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.schema import IMAGE, TEXT
 from vecsched.snapshot.snapshot import Snapshot
@@ -38,7 +39,7 @@ def spec_stages(snapshot: Snapshot, clock: Callable[[], float] = time.perf_count
     ``clock``: wall time by default; ``time.process_time`` gives the process's CPU time, the
     steadier figure on a shared machine (the stages run on one BLAS thread).
     """
-    seconds = {name: 0.0 for name in ("prepare", "horde", "eligibility", "competition", "figures")}
+    seconds = {name: 0.0 for name in STAGES}
 
     def timed(name: str, call: Callable[[], Any]) -> Any:
         start = clock()

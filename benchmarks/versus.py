@@ -27,6 +27,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks.report import STAGES as SPEC_STAGES  # noqa: E402
 from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
@@ -51,8 +52,6 @@ for line in sys.stdin:
 """
 
 
-# The stages of SPEC sections 3-6 (might_stall and the forecasts are sections 7 and 8).
-SPEC_STAGES = ("prepare", "horde", "eligibility", "competition", "figures")
 
 
 def main(argv: list[str] | None = None) -> int:

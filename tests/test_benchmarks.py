@@ -13,6 +13,7 @@ import pytest
 from benchmarks.__main__ import fit_exponent, run
 from benchmarks.dense import compare, dense_estimate
 from benchmarks.floor import one_pass
+from benchmarks.report import STAGES as SPEC_STAGES, targets
 
 import vecsched
 from vecsched.synthetic import horde
@@ -36,6 +37,12 @@ def test_toy_run_writes_valid_json_and_plot(tmp_path):
         sweep = doc["sweeps"][kind]
         assert len(sweep["points"]) == len(sweep["x"]) >= 3
         assert math.isfinite(sweep["fits"]["batch"]["exponent"])
+    # Issue 14's targets time SPEC 3-6 alone: each counted run's SPEC stages, summed, then the median.
+    spec_runs = today["batch"]["spec_3_6_runs_s"]
+    stage_runs = [sum(run) for run in zip(*(today["batch"]["stages_runs_s"][s] for s in SPEC_STAGES))]
+    assert spec_runs == pytest.approx(stage_runs) and len(spec_runs) == len(today["batch"]["total_runs_s"])
+    assert all(spec < total for spec, total in zip(spec_runs, today["batch"]["total_runs_s"]))
+    assert today["spec_3_6_over_floor"] == pytest.approx(today["batch"]["spec_3_6_s"] / today["floor"]["total"])
     assert {t["target"] for t in doc["targets"]}
     assert results["sizes"]["today"]["waiting"] == today["waiting"]
 
@@ -82,3 +89,22 @@ for k, line in enumerate(sys.stdin):
     assert [t["command"] for t in turns["a"]] == ["go"] * 4 + ["last"]
     firsts = ["a" if turns["a"][k]["at"] < turns["b"][k]["at"] else "b" for k in range(4)]
     assert firsts == ["a", "b", "a", "b"]  # neither tree always goes first
+
+
+def test_targets_time_spec_3_6_not_the_whole_estimate():
+    def point(total, spec, floor=None):
+        return {"batch": {"total_s": total, "spec_3_6_s": spec, "stages_s": {}}, "floor": {"total": floor}}
+
+    results = {
+        "sizes": {"10x": point(0.6, 0.15, floor=0.02), "stress": point(120.0, 8.0)},
+        "service": {"cycle_spec_3_6_s": 0.45, "cycle_s": 1.2},
+        "sweeps": {"requests": {"x": [1e3, 2e3, 4e3, 8e3], "points": [point(v**2, v * 1e-4, floor=1.0) for v in (1e3, 2e3, 4e3, 8e3)]}},
+    }
+    by_name = {t["target"]: t for t in targets(results)}
+    assert by_name["20,000 x 1,000,000: SPEC 3-6 estimate"]["measured"] == 8.0
+    assert by_name["20,000 x 1,000,000: SPEC 3-6 estimate"]["met"] is True
+    assert by_name["2,000 x 50,000: SPEC 3-6 estimate / one-pass floor"]["measured"] == pytest.approx(7.5)
+    assert by_name["2,000 x 50,000 on PostgreSQL + Redis: load + SPEC 3-6 estimate + publish"]["met"] is True
+    assert by_name["2,000 x 50,000 on PostgreSQL + Redis: the same with might_stall and the forecasts"]["met"] is False
+    growth = by_name["SPEC 3-6 growth in waiting requests at fixed workers, realistic horde (upper-half exponent)"]
+    assert growth["measured"] == pytest.approx(1.0) and growth["met"] is True
