@@ -173,7 +173,8 @@ def run_size(size: Size, seed: int = 0, log=print) -> dict[str, Any]:
 def _one_line(r: dict[str, Any]) -> str:
     parts = [f"{r.get('name', '')} {r['workers']}x{r['requests']}:"]
     if "batch" in r:
-        parts.append(f"batch {r['batch']['total_s']:.3f}s ({r.get('batch_over_floor', float('nan')):.1f}x floor)")
+        parts.append(f"batch {r['batch']['total_s']:.3f}s ({r.get('batch_over_floor', float('nan')):.1f}x floor;")
+        parts.append(f"SPEC 3-6 {spec_3_6(r) or float('nan'):.3f}s, {r.get('spec_3_6_over_floor', float('nan')):.1f}x)")
         parts.append(f"peak {r['peak_rss_bytes'] / GiB:.2f} GiB")
     if "total_s" in r.get("dense", {}):
         parts.append(f"dense {r['dense']['total_s']:.2f}s")

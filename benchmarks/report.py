@@ -130,11 +130,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))
     styles = {
-        "batch": ("vecsched.estimate, whole (with might_stall and forecasts)", "o-", "C0"),
-        "spec_3_6": ("vecsched.estimate, SPEC 3-6 stages", "D-", "C5"),
+        "batch": ("whole estimate (with stall, forecasts)", "o-", "C0"),
+        "spec_3_6": ("SPEC 3-6 stages", "D-", "C5"),
         "floor": ("one-pass floor", "s--", "C2"),
-        "dense": ("dense NumPy (W x R, R x R)", "^-", "C1"),
-        "per_request_path": ("per-request path x queue (scaled)", "v:", "C3"),
+        "dense": ("dense NumPy", "^-", "C1"),
+        "per_request_path": ("per-request path (scaled)", "v:", "C3"),
     }
     for ax, kind in zip(axes, ("requests", "workers")):
         sweep = _get(results, "sweeps", kind)
@@ -154,7 +154,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
             fit = fit_exponent(adversarial["x"], series(adversarial["points"])["spec_3_6"])
             tail = f" (~requests^{fit['exponent']:.2f})" if fit else ""
             if pts:
-                ax.plot(*zip(*pts), "D-.", color="C4", label="SPEC 3-6, adversarial horde (2-5 random models)" + tail)
+                ax.plot(*zip(*pts), "D-.", color="C4", label="SPEC 3-6, adversarial horde" + tail)
         if kind == "requests":
             for name, r in results.get("sizes", {}).items():
                 t = _get(r, "batch", "total_s") or r.get("batch_cold_s")
