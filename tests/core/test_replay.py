@@ -412,6 +412,66 @@ def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: di
                                                     cancel_hazard=(2e-3, 2e-3)))
 
 
+def _dense_queues(q: Any, masks: np.ndarray, pass_worker: np.ndarray, pass_user: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The layout of ``RP._queues`` built the plain way: dense matrices, np.unique over rows, argsort."""
+    names = list(q.user_names)
+    codes = np.array([names.index(u) if u in names else -1 for u in pass_user], dtype=np.int64)
+    wp_worker, wp_user = pass_worker[codes >= 0], codes[codes >= 0]
+    favoured = np.zeros(len(names) + 1, dtype=bool)
+    favoured[wp_user] = True
+    user = np.where(favoured[q.user], q.user, -1)
+    has = q.set_of >= 0
+    pairs, inverse = np.unique(np.stack([q.set_of[has], user[has]], axis=1), axis=0, return_inverse=True)
+    queue_of = np.full(len(q.set_of), -1, dtype=np.int64)
+    queue_of[has] = inverse.ravel()
+    capacity = np.bincount(queue_of[has], minlength=len(pairs))
+    membership = masks[pairs[:, 0]].T
+    first, column = RP.unique_rows(RP.pack_words(np.ascontiguousarray(membership)))
+    c_idx, q_idx = np.nonzero(membership[first])
+    cq_ptr = np.concatenate([[0], np.cumsum(np.bincount(c_idx, minlength=len(first)))])
+    qq, qc = np.nonzero(membership[first].T)
+    qc_ptr = np.concatenate([[0], np.cumsum(np.bincount(qq, minlength=len(pairs)))])
+    w_idx, wq_idx = np.nonzero(membership)
+    key = wp_worker * (len(names) + 1) + wp_user
+    in_pass = (pairs[wq_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[wq_idx, 1], key)
+    wp_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx[in_pass], minlength=masks.shape[1]))])
+    return (queue_of, np.cumsum(capacity) - capacity, capacity, column, cq_ptr, q_idx, qc_ptr, qc, wp_ptr,
+            wq_idx[in_pass])
+
+
+@pytest.mark.parametrize("n_sets, n_requests", [(12, 300), (6000, 40)])  # the second ranks its keys by sorting
+def test_the_queue_layout_equals_the_dense_construction(n_sets: int, n_requests: int) -> None:
+    rng = np.random.default_rng(n_sets)
+    n_workers, n_users = 37, 9
+    masks = rng.random((n_sets, n_workers)) < 0.3
+    masks[:, 5] = masks[:, 6]  # workers 5 and 6 share a column
+    user_names = np.array([f"u{k}" for k in range(n_users)], dtype=object)
+    set_of = np.where(rng.random(n_requests) < 0.1, -1, rng.integers(0, n_sets, n_requests))
+    user = np.where(rng.random(n_requests) < 0.1, -1, rng.integers(0, n_users, n_requests))  # -1: a served copy
+    q = RP._Queue(rank_of_row=np.arange(n_requests), set_of=set_of, user=user, user_names=user_names,
+                  **{k: np.zeros(n_requests) for k in ("jobs", "output", "arrival", "deadline", "leave")})
+    pass_worker = np.sort(rng.integers(0, n_workers, 15))
+    pass_user = np.array([f"u{k}" for k in rng.integers(0, n_users + 3, 15)], dtype=object)  # some wait for nothing
+    got = RP._queues(q, masks, pass_worker, pass_user)
+    want = _dense_queues(q, masks, pass_worker, pass_user)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_the_priority_pass_is_each_workers_latest_dispatch() -> None:
+    doc = _doc([_worker("a", ["m"]), _worker("b", ["m"]), _worker("c", ["m"])], [],
+               dispatches=[{"dispatch_id": "d1", "worker_id": "b", "request_id": "x", "request_created": _t(-300),
+                            "priority_user_ids": ["old"], "dispatched_at": _t(-200), "assigned_work": 1},
+                           {"dispatch_id": "d2", "worker_id": "b", "request_id": "y", "request_created": _t(-300),
+                            "priority_user_ids": ["p", "q"], "dispatched_at": _t(-100), "assigned_work": 1},
+                           {"dispatch_id": "d3", "worker_id": "zz", "request_id": "y", "request_created": _t(-300),
+                            "priority_user_ids": ["z"], "dispatched_at": _t(-100), "assigned_work": 1}])
+    snapshot = vecsched.load_snapshot(doc)
+    worker, users = RP._priority_pass(snapshot, np.array(["c", "b", "a"], dtype=object))
+    assert worker.tolist() == [1, 1] and users.tolist() == ["p", "q"]
+
+
 # -- calibrated p90 ---------------------------------------------------------------------------
 
 

@@ -172,7 +172,7 @@ def replay_loop(  # type: ignore[no-untyped-def]
     ``free_at``/``thread_worker``: one entry per thread (seconds from now it
     frees, its worker). Workers that serve exactly the same queues share a
     *column*: ``column`` per worker, ``cq`` (CSR by column) its queues, and
-    ``qc`` (CSR by queue) the positions in ``cq`` that name each queue.
+    ``qc`` (CSR by queue) the columns serving each queue.
     ``wp`` (CSR by worker): the queues of the worker's priority pass. Per
     request (queue order): ``queue_of``, ``jobs`` to hand out, ``output`` per
     job, ``arrival`` (seconds from now), ``deadline`` (expiry) and ``leave``
@@ -197,11 +197,7 @@ def replay_loop(  # type: ignore[no-untyped-def]
     qsize = np.zeros(n_q, dtype=np.int64)
     head = np.full(n_q, BIG, dtype=np.int64)
     nonempty = np.zeros(max(1, n_col), dtype=np.int64)
-    col_of = np.zeros(max(1, len(qc)), dtype=np.int64)  # per entry of qc: the column it names
-    for c in range(n_col):
-        for k in range(cq_ptr[c], cq_ptr[c + 1]):
-            col_of[k] = c
-    col_of = col_of[qc] if len(qc) else col_of
+    col_of = qc  # per queue (CSR by qc_ptr): the columns serving it
     tkeys = free_at.copy()
     tvals = thread_worker.copy()
     tsize = 0
