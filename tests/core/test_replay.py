@@ -412,6 +412,89 @@ def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: di
                                                     cancel_hazard=(2e-3, 2e-3)))
 
 
+@pytest.fixture
+def walking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column finds its next request by walking the queues' heads (by default only long lists do)."""
+    from vecsched.core import replay_kernel as K
+
+    monkeypatch.setattr(K, "WALK_FROM", 0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_walking_the_heads_equals_the_scalar_replay(walking: None, data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_compiled_loop_walking_the_heads_equals_the_scalar_replay(compiled_loop: None, walking: None,
+                                                                      data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_walking_the_heads_and_scanning_the_lists_forecast_alike(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A synthetic horde with a history (priority passes, served-at-once copies): every field equal, bit for bit."""
+    from vecsched import synthetic
+    from vecsched.core import replay_kernel as K
+    from vecsched.synthetic_history import with_history
+
+    snapshot = with_history(synthetic.horde(workers=30, requests=400, seed=seed), seed=seed)
+    forecasts = []
+    for walk_from in (0, 10 ** 9):
+        monkeypatch.setattr(K, "WALK_FROM", walk_from)
+        forecasts.append(vecsched.estimate(snapshot).forecasts[RP.NAME])
+    walked, scanned = forecasts
+    for name in ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall"):
+        np.testing.assert_array_equal(getattr(walked, name), getattr(scanned, name))
+
+
+def test_lowest_bit_of_every_32_bit_word() -> None:
+    from vecsched.core.replay_kernel import _lowest_bit
+
+    rng = np.random.default_rng(0)
+    words = np.concatenate([1 << np.arange(32), rng.integers(1, 1 << 32, 200)]).astype(np.int64)
+    assert [_lowest_bit(w) for w in words] == [int(w & -w).bit_length() - 1 for w in words]
+
+
+def _heads_and_members(heads: dict[int, int], column_queues: list[int], n_req: int = 200, n_q: int = 70):
+    """Bit sets of the kernel for hand-placed heads (request -> its queue) and one column's queues."""
+    from vecsched.core import replay_kernel as K
+
+    words = np.zeros(n_req // K.WORD_BITS + 1, dtype=np.int64)
+    summary = np.zeros(len(words) // K.WORD_BITS + 1, dtype=np.int64)
+    queue_of = np.full(n_req, -1, dtype=np.int64)
+    for r, q in heads.items():
+        K._mark_head(K.BIG, r, words, summary)
+        queue_of[r] = q
+    member = K._member_bits(np.array([0, len(column_queues)]), np.array(column_queues, dtype=np.int64), n_q)
+    return words, summary, member, queue_of
+
+
+def test_the_walk_finds_the_columns_first_head_from_its_floor_and_gives_up_past_its_budget() -> None:
+    from vecsched.core import replay_kernel as K
+
+    # Heads 3 (queue 5), 40 (queue 9), 95 (queue 64, the column's) and 130 (queue 33, the column's).
+    words, summary, member, queue_of = _heads_and_members({3: 5, 40: 9, 95: 64, 130: 33}, [33, 64])
+    floor = np.zeros(1, dtype=np.int64)
+    assert K._walk(0, 100, words, summary, floor, member, queue_of) == 64
+    floor[0] = 96  # nothing of the column below 96: the walk starts there
+    assert K._walk(0, 100, words, summary, floor, member, queue_of) == 33
+    floor[0] = 0
+    assert K._walk(0, 2, words, summary, floor, member, queue_of) == -1  # 3 and 40 and their words are past 2 steps
+    K._mark_head(95, K.BIG, words, summary)  # queue 64 emptied: its word is zero again
+    assert words[95 // K.WORD_BITS] == 0 and K._walk(0, 100, words, summary, floor, member, queue_of) == 33
+
+
 def _dense_queues(q: Any, masks: np.ndarray, pass_worker: np.ndarray, pass_user: np.ndarray) -> tuple[np.ndarray, ...]:
     """The layout of ``RP._queues`` built the plain way: dense matrices, np.unique over rows, argsort."""
     names = list(q.user_names)

@@ -31,6 +31,7 @@ from vecsched.core import rules
 from vecsched.core.calibration import calibrated_p90
 from vecsched.core.groups import pack_words, transpose_words, unique_rows, unpack_words
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
+from vecsched.core import replay_kernel
 from vecsched.core.replay_kernel import loop_for
 from vecsched.snapshot.schema import IMAGE, JOB_PROCESSING, TEXT
 
@@ -722,7 +723,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     gone = future.gone if future.gone is not None else np.full(len(speed), np.inf)
     start, done, turn, left, gave_up = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
-        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead, gone)
+        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead, gone, replay_kernel.WALK_FROM)
     k = q.rank_of_row
     s, c = start[k], done[k]
     never = s < 0
