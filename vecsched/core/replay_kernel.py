@@ -11,7 +11,9 @@ higher priority. Each *queue* (an eligible worker set, split by the owners that
 some worker serves in its priority pass) holds its requests in a min-heap of
 those numbers; a free thread compares only the heads of its worker's queues
 (a tight loop over one small array), never the requests behind them, and
-skips at once when none of them holds anything.
+skips at once when none of them holds anything. A worker with many queues
+(``WALK_FROM``) instead walks the heads of all queues in number order from
+where it last took one, and stops at the first of its own (:func:`_walk`).
 """
 
 from __future__ import annotations
