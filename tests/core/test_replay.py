@@ -412,6 +412,149 @@ def test_the_compiled_loop_equals_the_scalar_replay(compiled_loop: None, doc: di
                                                     cancel_hazard=(2e-3, 2e-3)))
 
 
+@pytest.fixture
+def walking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column finds its next request by walking the queues' heads (by default only long lists do)."""
+    from vecsched.core import replay_kernel as K
+
+    monkeypatch.setattr(K, "WALK_FROM", 0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_walking_the_heads_equals_the_scalar_replay(walking: None, data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_compiled_loop_walking_the_heads_equals_the_scalar_replay(compiled_loop: None, walking: None,
+                                                                      data: st.DataObject) -> None:
+    doc = data.draw(histories(data.draw(hordes(max_workers=5, max_requests=10))))
+    note(json.dumps(doc))
+    _check_against_reference(doc, _settings(arrival_window=400.0, poll=2.0, overhead=0.5, aging_per_second=5.0,
+                                                    cancel_hazard=(2e-3, 2e-3)))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_walking_the_heads_and_scanning_the_lists_forecast_alike(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A synthetic horde with a history (priority passes, served-at-once copies): every field equal, bit for bit."""
+    from vecsched import synthetic
+    from vecsched.core import replay_kernel as K
+    from vecsched.synthetic_history import with_history
+
+    snapshot = with_history(synthetic.horde(workers=30, requests=400, seed=seed), seed=seed)
+    forecasts = []
+    for walk_from in (0, 10 ** 9):
+        monkeypatch.setattr(K, "WALK_FROM", walk_from)
+        forecasts.append(vecsched.estimate(snapshot).forecasts[RP.NAME])
+    walked, scanned = forecasts
+    for name in ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall"):
+        np.testing.assert_array_equal(getattr(walked, name), getattr(scanned, name))
+
+
+def test_lowest_bit_of_every_32_bit_word() -> None:
+    from vecsched.core.replay_kernel import _lowest_bit
+
+    rng = np.random.default_rng(0)
+    words = np.concatenate([1 << np.arange(32), rng.integers(1, 1 << 32, 200)]).astype(np.int64)
+    assert [_lowest_bit(w) for w in words] == [int(w & -w).bit_length() - 1 for w in words]
+
+
+def _heads_and_members(heads: dict[int, int], column_queues: list[int], n_req: int = 200, n_q: int = 70):
+    """Bit sets of the kernel for hand-placed heads (request -> its queue) and one column's queues."""
+    from vecsched.core import replay_kernel as K
+
+    words = np.zeros(n_req // K.WORD_BITS + 1, dtype=np.int64)
+    summary = np.zeros(len(words) // K.WORD_BITS + 1, dtype=np.int64)
+    queue_of = np.full(n_req, -1, dtype=np.int64)
+    for r, q in heads.items():
+        K._mark_head(K.BIG, r, words, summary)
+        queue_of[r] = q
+    member = K._member_bits(np.array([0, len(column_queues)]), np.array(column_queues, dtype=np.int64), n_q)
+    return words, summary, member, queue_of
+
+
+def test_the_walk_finds_the_columns_first_head_from_its_floor_and_gives_up_past_its_budget() -> None:
+    from vecsched.core import replay_kernel as K
+
+    # Heads 3 (queue 5), 40 (queue 9), 95 (queue 64, the column's) and 130 (queue 33, the column's).
+    words, summary, member, queue_of = _heads_and_members({3: 5, 40: 9, 95: 64, 130: 33}, [33, 64])
+    floor = np.zeros(1, dtype=np.int64)
+    assert K._walk(0, 100, words, summary, floor, member, queue_of) == 64
+    floor[0] = 96  # nothing of the column below 96: the walk starts there
+    assert K._walk(0, 100, words, summary, floor, member, queue_of) == 33
+    floor[0] = 0
+    assert K._walk(0, 2, words, summary, floor, member, queue_of) == -1  # 3 and 40 and their words are past 2 steps
+    K._mark_head(95, K.BIG, words, summary)  # queue 64 emptied: its word is zero again
+    assert words[95 // K.WORD_BITS] == 0 and K._walk(0, 100, words, summary, floor, member, queue_of) == 33
+
+
+def _dense_queues(q: Any, masks: np.ndarray, pass_worker: np.ndarray, pass_user: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The layout of ``RP._queues`` built the plain way: dense matrices, np.unique over rows, argsort."""
+    names = list(q.user_names)
+    codes = np.array([names.index(u) if u in names else -1 for u in pass_user], dtype=np.int64)
+    wp_worker, wp_user = pass_worker[codes >= 0], codes[codes >= 0]
+    favoured = np.zeros(len(names) + 1, dtype=bool)
+    favoured[wp_user] = True
+    user = np.where(favoured[q.user], q.user, -1)
+    has = q.set_of >= 0
+    pairs, inverse = np.unique(np.stack([q.set_of[has], user[has]], axis=1), axis=0, return_inverse=True)
+    queue_of = np.full(len(q.set_of), -1, dtype=np.int64)
+    queue_of[has] = inverse.ravel()
+    capacity = np.bincount(queue_of[has], minlength=len(pairs))
+    membership = masks[pairs[:, 0]].T
+    first, column = RP.unique_rows(RP.pack_words(np.ascontiguousarray(membership)))
+    c_idx, q_idx = np.nonzero(membership[first])
+    cq_ptr = np.concatenate([[0], np.cumsum(np.bincount(c_idx, minlength=len(first)))])
+    qq, qc = np.nonzero(membership[first].T)
+    qc_ptr = np.concatenate([[0], np.cumsum(np.bincount(qq, minlength=len(pairs)))])
+    w_idx, wq_idx = np.nonzero(membership)
+    key = wp_worker * (len(names) + 1) + wp_user
+    in_pass = (pairs[wq_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[wq_idx, 1], key)
+    wp_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx[in_pass], minlength=masks.shape[1]))])
+    return (queue_of, np.cumsum(capacity) - capacity, capacity, column, cq_ptr, q_idx, qc_ptr, qc, wp_ptr,
+            wq_idx[in_pass])
+
+
+@pytest.mark.parametrize("n_sets, n_requests", [(12, 300), (6000, 40)])  # the second ranks its keys by sorting
+def test_the_queue_layout_equals_the_dense_construction(n_sets: int, n_requests: int) -> None:
+    rng = np.random.default_rng(n_sets)
+    n_workers, n_users = 37, 9
+    masks = rng.random((n_sets, n_workers)) < 0.3
+    masks[:, 5] = masks[:, 6]  # workers 5 and 6 share a column
+    user_names = np.array([f"u{k}" for k in range(n_users)], dtype=object)
+    set_of = np.where(rng.random(n_requests) < 0.1, -1, rng.integers(0, n_sets, n_requests))
+    user = np.where(rng.random(n_requests) < 0.1, -1, rng.integers(0, n_users, n_requests))  # -1: a served copy
+    q = RP._Queue(rank_of_row=np.arange(n_requests), set_of=set_of, user=user, user_names=user_names,
+                  **{k: np.zeros(n_requests) for k in ("jobs", "output", "arrival", "deadline", "leave")})
+    pass_worker = np.sort(rng.integers(0, n_workers, 15))
+    pass_user = np.array([f"u{k}" for k in rng.integers(0, n_users + 3, 15)], dtype=object)  # some wait for nothing
+    got = RP._queues(q, masks, pass_worker, pass_user)
+    want = _dense_queues(q, masks, pass_worker, pass_user)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_the_priority_pass_is_each_workers_latest_dispatch() -> None:
+    doc = _doc([_worker("a", ["m"]), _worker("b", ["m"]), _worker("c", ["m"])], [],
+               dispatches=[{"dispatch_id": "d1", "worker_id": "b", "request_id": "x", "request_created": _t(-300),
+                            "priority_user_ids": ["old"], "dispatched_at": _t(-200), "assigned_work": 1},
+                           {"dispatch_id": "d2", "worker_id": "b", "request_id": "y", "request_created": _t(-300),
+                            "priority_user_ids": ["p", "q"], "dispatched_at": _t(-100), "assigned_work": 1},
+                           {"dispatch_id": "d3", "worker_id": "zz", "request_id": "y", "request_created": _t(-300),
+                            "priority_user_ids": ["z"], "dispatched_at": _t(-100), "assigned_work": 1}])
+    snapshot = vecsched.load_snapshot(doc)
+    worker, users = RP._priority_pass(snapshot, np.array(["c", "b", "a"], dtype=object))
+    assert worker.tolist() == [1, 1] and users.tolist() == ["p", "q"]
+
+
 # -- calibrated p90 ---------------------------------------------------------------------------
 
 

@@ -29,8 +29,9 @@ import pandas as pd
 
 from vecsched.core import rules
 from vecsched.core.calibration import calibrated_p90
-from vecsched.core.groups import pack_words, unique_rows
+from vecsched.core.groups import pack_words, transpose_words, unique_rows, unpack_words
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
+from vecsched.core import replay_kernel
 from vecsched.core.replay_kernel import loop_for
 from vecsched.snapshot.schema import IMAGE, JOB_PROCESSING, TEXT
 
@@ -284,18 +285,23 @@ def _threads(snapshot: Any, worker_rows: np.ndarray, speed: np.ndarray, threads:
             np.concatenate([busy_worker, idle_worker]).astype(np.int64))
 
 
-def _priority_users(snapshot: Any, worker_ids: np.ndarray) -> list[tuple[str, ...]]:
-    """Each worker's priority users, from its latest dispatch in the snapshot (none when it has none)."""
+def _priority_pass(snapshot: Any, worker_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each worker's priority users, from its latest dispatch in the snapshot: (local worker, user id) pairs.
+
+    A worker without a dispatch in the snapshot has no pair. Pairs come
+    grouped by worker (ascending), each worker's users in its list's order.
+    """
     d = snapshot.dispatches
-    if not len(d):
-        return [() for _ in worker_ids]
-    # Latest dispatch per worker: the last row of each worker after sorting by time.
-    order = np.lexsort((d.dispatched_at, d.worker_id.astype(str)))
-    workers = d.worker_id[order].astype(object)
-    last = order[np.r_[workers[1:] != workers[:-1], True]]
-    users = d.priority_user_ids.take(last).tolist()
-    latest = dict(zip(d.worker_id[last].astype(object).tolist(), (tuple(u) for u in users)))
-    return [latest.get(wid, ()) for wid in worker_ids.astype(object).tolist()]
+    if not len(d) or not len(worker_ids):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    worker = pd.Index(worker_ids.astype(object)).get_indexer(d.worker_id.astype(object))
+    mine = np.flatnonzero(worker >= 0)
+    # Latest dispatch per worker: the last row of each worker after a stable sort by (worker, time).
+    order = mine[np.lexsort((d.dispatched_at[mine], worker[mine]))]
+    by = worker[order]
+    last = order[np.r_[by[1:] != by[:-1], True]] if len(order) else order
+    users = d.priority_user_ids.take(last)
+    return worker[last][users.owners()].astype(np.int64), np.asarray(users.values, dtype=object)
 
 
 @dataclass(frozen=True)
@@ -469,47 +475,120 @@ def _numbered(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap_rows
     return _Queue(rank_of_row=rank[: len(rows)], user_names=np.asarray(user_names, dtype=object), **numbered)
 
 
-def _queues(q: _Queue, masks: np.ndarray, priority_users: list[tuple[str, ...]]) -> tuple[np.ndarray, ...]:
+def _favoured_users(user_names: np.ndarray, pass_worker: np.ndarray, pass_user: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The priority pass in owner codes: (worker, owner code) pairs of owners with a waiting request, and which owners some worker favours.
+
+    ``favoured`` has one more entry than ``user_names``, always False, so that
+    code -1 (a served-at-once copy, owner unknown) reads it.
+    """
+    codes = pd.Index(user_names).get_indexer(pass_user) if len(pass_user) else np.zeros(0, dtype=np.int64)
+    known = codes >= 0
+    favoured = np.zeros(len(user_names) + 1, dtype=bool)
+    favoured[codes[known]] = True
+    return pass_worker[known], codes[known].astype(np.int64), favoured
+
+
+def _queue_pairs(set_of: np.ndarray, user: np.ndarray, favoured: np.ndarray, n_sets: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Number the queues, the distinct (eligible set, owner if favoured else -1) of the requests, in that order.
+
+    Returns each queue's set and owner code, and each request's queue (-1:
+    no eligible set). One integer key per request, ranked by marking the keys
+    present (by sorting when the key range is much wider than the requests).
+    """
+    fav_users = np.flatnonzero(favoured[:-1])
+    fav_rank = np.zeros(len(favoured), dtype=np.int64)  # 0: not favoured (the owner's own code otherwise, +1)
+    fav_rank[fav_users] = np.arange(1, len(fav_users) + 1)
+    has = np.flatnonzero(set_of >= 0)
+    width = len(fav_users) + 1
+    key = set_of[has] * width + fav_rank[user[has]]  # orders as (set, owner code) with -1 first
+    size = n_sets * width
+    if size <= 8 * len(key) + 4096:
+        present = np.zeros(size, dtype=bool)
+        present[key] = True
+        distinct = np.flatnonzero(present)
+        inverse = (np.cumsum(present) - 1)[key]
+    else:
+        distinct, inverse = np.unique(key, return_inverse=True)
+    queue_of = np.full(len(set_of), -1, dtype=np.int64)
+    queue_of[has] = inverse.ravel()
+    rank = distinct % width
+    pair_user = np.where(rank > 0, fav_users[np.maximum(rank - 1, 0)] if len(fav_users) else -1, -1)
+    return (distinct // width).astype(np.int64), pair_user.astype(np.int64), queue_of
+
+
+def _csr(rows: np.ndarray, values: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ptr, values) of pairs already grouped by row."""
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))]).astype(np.int64)
+    return ptr, np.asarray(values, dtype=np.int64)
+
+
+def _row_lists(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr, columns) of the True cells of each row of a 2-D boolean matrix, columns ascending.
+
+    One flat scan, the columns computed in place: at 2,000 x 50,000 the image
+    lists hold 1.75M cells, and every further array of that size costs its
+    page faults again in each replay.
+    """
+    cells = np.flatnonzero(matrix)
+    np.remainder(cells, max(matrix.shape[1], 1), out=cells)
+    counts = np.count_nonzero(matrix, axis=1) if matrix.size else np.zeros(len(matrix), dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), cells
+
+
+def _columns(masks: np.ndarray, pair_set: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Workers that serve exactly the same queues share a column: each worker's column, and who serves which queue.
+
+    ``masks[pair_set]``: queues x workers. Returns (column per worker, CSR by
+    column of its queues ascending, CSR by queue of the columns serving it).
+    The workers' rows over the queues are the queues' rows transposed as
+    packed bits (a bool matrix's transpose costs about ten times as much).
+    """
+    n_queues, n_workers = len(pair_set), masks.shape[1]
+    if n_workers == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, np.zeros(1, dtype=np.int64), empty, np.zeros(n_queues + 1, dtype=np.int64), empty
+    worker_words = transpose_words(pack_words(masks[pair_set]), n_workers)
+    first, column = unique_rows(worker_words)
+    cq_ptr, cq = _row_lists(unpack_words(worker_words[first], n_queues))
+    qc_ptr, qc = _row_lists(np.take(masks, first, axis=1)[pair_set])
+    return column.astype(np.int64), cq_ptr, cq, qc_ptr, qc
+
+
+def _pass_queues(masks: np.ndarray, pair_set: np.ndarray, pair_user: np.ndarray, wp_worker: np.ndarray,
+                 wp_user: np.ndarray, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR by worker of its priority-pass queues: the queues of its favoured owners among its sets, ascending.
+
+    Read only over the workers with a priority pass and the queues of favoured owners.
+    """
+    n_workers = masks.shape[1]
+    favoured_queues = np.flatnonzero(pair_user >= 0)
+    if len(wp_worker) == 0 or len(favoured_queues) == 0:
+        return np.zeros(n_workers + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    passing = np.unique(wp_worker)
+    w_at, q_at = np.nonzero(masks[pair_set[favoured_queues]][:, passing].T)
+    w_idx, wq_idx = passing[w_at], favoured_queues[q_at]
+    pass_key = wp_worker * (n_users + 1) + wp_user
+    in_pass = np.isin(w_idx * (n_users + 1) + pair_user[wq_idx], pass_key)
+    return _csr(w_idx[in_pass], wq_idx[in_pass], n_workers)
+
+
+def _queues(q: _Queue, masks: np.ndarray, pass_worker: np.ndarray, pass_user: np.ndarray) -> tuple[np.ndarray, ...]:
     """Split each eligible set by owner where some worker serves that owner first; who serves which queue.
 
+    ``pass_worker``/``pass_user``: the priority pass (:func:`_priority_pass`).
     Returns (queue of each request, heap bases, capacities, each worker's
-    column, CSR of each column's queues, CSR by queue of the positions in
-    that list, CSR of each worker's priority-pass queues).
+    column, CSR of each column's queues, CSR by queue of the columns serving
+    it, CSR of each worker's priority-pass queues).
     """
-    names = pd.Index(q.user_names)
-    favoured = np.zeros(len(names) + 1, dtype=bool)
-    wp_worker, wp_user = [], []
-    for w, users in enumerate(priority_users):  # only workers whose latest pop had a priority list
-        codes = names.get_indexer(list(users)) if users else np.zeros(0, dtype=np.int64)
-        codes = codes[codes >= 0]
-        favoured[codes] = True
-        wp_worker.extend([w] * len(codes))
-        wp_user.extend(codes.tolist())
-    user = np.where(favoured[q.user], q.user, -1)
-    has = q.set_of >= 0
-    keys = np.stack([q.set_of[has], user[has]], axis=1)
-    pairs, inverse = np.unique(keys, axis=0, return_inverse=True) if has.any() else (np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
-    queue_of = np.full(len(q.set_of), -1, dtype=np.int64)
-    queue_of[has] = inverse.ravel()
-    capacity = np.bincount(queue_of[has], minlength=len(pairs)).astype(np.int64)
+    wp_worker, wp_user, favoured = _favoured_users(q.user_names, pass_worker, pass_user)
+    pair_set, pair_user, queue_of = _queue_pairs(q.set_of, q.user, favoured, len(masks))
+    capacity = np.bincount(queue_of[queue_of >= 0], minlength=len(pair_set)).astype(np.int64)
     base = (np.cumsum(capacity) - capacity).astype(np.int64)
-    n_workers = masks.shape[1]
-    membership = masks[pairs[:, 0]].T if len(pairs) else np.zeros((n_workers, 0), dtype=bool)
-    # Workers that serve exactly the same queues share one column (and one heap of heads).
-    first, column = unique_rows(pack_words(np.ascontiguousarray(membership)))
-    if n_workers == 0:
-        first, column = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    c_idx, q_idx = np.nonzero(membership[first])  # row-major: grouped by column, queues ascending
-    cq_ptr = np.concatenate([[0], np.cumsum(np.bincount(c_idx, minlength=len(first)))]).astype(np.int64)
-    by_queue = np.argsort(q_idx, kind="stable")
-    qc_ptr = np.concatenate([[0], np.cumsum(np.bincount(q_idx, minlength=len(pairs)))]).astype(np.int64)
-    w_idx, wq_idx = np.nonzero(membership)
-    pass_key = np.asarray(wp_worker, dtype=np.int64) * (len(names) + 1) + np.asarray(wp_user, dtype=np.int64)
-    in_pass = (pairs[wq_idx, 1] >= 0) & np.isin(w_idx * (len(names) + 1) + pairs[wq_idx, 1], pass_key)
-    wp_ptr = np.concatenate([[0], np.cumsum(np.bincount(w_idx[in_pass], minlength=n_workers))]).astype(np.int64)
-    return (queue_of, base, capacity, column.astype(np.int64), cq_ptr, q_idx.astype(np.int64), qc_ptr,
-            by_queue.astype(np.int64), wp_ptr, wq_idx[in_pass].astype(np.int64))
-
+    column, cq_ptr, cq, qc_ptr, qc = _columns(masks, pair_set)
+    wp_ptr, wp = _pass_queues(masks, pair_set, pair_user, wp_worker, wp_user, len(q.user_names))
+    return queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp
 
 
 @dataclass(frozen=True)
@@ -639,7 +718,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
         speed = speed * future.speed
     q = _numbered(snapshot, inp, queue, snap_rows, set_of, started, settings, horizon, served)
     queue_of, base, capacity, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp = _queues(
-        q, masks, _priority_users(snapshot, snapshot.workers.id[worker_rows]))
+        q, masks, *_priority_pass(snapshot, snapshot.workers.id[worker_rows]))
     free_at, thread_worker = _threads(snapshot, worker_rows, speed, threads)
     if future.join_at is not None:
         free_at = np.concatenate([free_at, future.join_at])
@@ -647,7 +726,7 @@ def replay_gentype(snapshot: Any, inp: ForecastInputs, queue: GentypeQueue, snap
     gone = future.gone if future.gone is not None else np.full(len(speed), np.inf)
     start, done, turn, left, gave_up = loop_for(len(q.jobs))(
         free_at, thread_worker, speed, column, cq_ptr, cq, qc_ptr, qc, wp_ptr, wp, queue_of, base, capacity,
-        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead, gone)
+        q.jobs, q.output, q.arrival, q.deadline, q.leave, horizon, settings.poll, overhead, gone, replay_kernel.WALK_FROM)
     k = q.rank_of_row
     s, c = start[k], done[k]
     never = s < 0
