@@ -171,3 +171,51 @@ def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
     ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
     np.testing.assert_array_equal(count, ahead.sum(1))
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**40), min_size=3, max_size=3), min_size=1, max_size=30),
+       st.sampled_from([1, 2**17, -1]))
+def test_shared_fields_split_back_to_every_fields_partial_sums(items, scale):
+    # Fields packed side by side in int64 words: every prefix sum of a word splits into the
+    # fields' own prefix sums. Large fields (scale 2**17: totals near 2**62) take a word each;
+    # a negative field takes its own word.
+    from vecsched.core.competition import _shared_fields, _split_fields
+
+    fields = np.array(items, dtype=np.int64).T
+    fields[1] *= scale
+    words, shifts = _shared_fields(fields)
+    assert sum(len(s) for s in shifts) == 3
+    prefix = np.cumsum(words, axis=1)
+    np.testing.assert_array_equal(_split_fields(prefix, shifts), np.cumsum(fields, axis=1))
+
+
+def test_shared_fields_put_small_fields_in_one_word():
+    from vecsched.core.competition import _shared_fields
+
+    fields = np.array([[1, 1, 1], [4, 2, 1], [2048, 300, 7]], dtype=np.int64)
+    words, shifts = _shared_fields(fields)
+    assert words.shape == (1, 3) and shifts == [[0, 2, 5]]
+
+
+def test_the_packed_pass_with_fields_in_several_words_equals_brute_force():
+    # Work of about 2**40 per request leaves no room for count and jobs beside it: the packed
+    # pass sums it in a word of its own.
+    import vecsched.core.competition as C
+
+    rng = np.random.default_rng(9)
+    n_sig, n_class = 150, 30
+    position = rng.permutation(n_sig)
+    signature = np.arange(n_sig)
+    jobs = rng.integers(1, 5, n_sig)
+    work = jobs * rng.integers(2**38, 2**40, n_sig)
+    takeable = rng.random((n_class, n_sig)) < 0.5
+    members = rng.choice(n_sig, 100, replace=False)
+    klass = rng.integers(0, n_class, 100)
+    fields = np.stack([np.ones(n_sig, dtype=np.int64), jobs, work])
+    assert len(C._shared_fields(fields)[1]) == 2
+    count, jobs_ahead, work_ahead = competition(position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
+    np.testing.assert_array_equal(count, ahead.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (ahead * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vecsched.core.groups import byte_subset_sums, pack_words, unpack_words
+from vecsched.core.groups import byte_subset_sums, pack_words, transpose_words, unpack_words
 
 # Elements per temporary block (pairs, entries, unpacked rows).
 BLOCK = 1 << 22
@@ -380,36 +380,76 @@ def _sum_packed(
     weights (:func:`vecsched.core.groups.byte_subset_sums`) turns a byte into
     its sums, and their running sum along the bytes answers a member by the
     bytes before its place plus the masked byte at it. Cost: classes x
-    ``len(ranks)`` / 8 per weight, whatever the classes take. As in
-    :func:`_sweep`, count and jobs share one weight where they fit
-    (:func:`_count_under_jobs`).
+    ``len(ranks)`` / 8 per weight, whatever the classes take. Weights are
+    integers, summed in int64 (exact); count, jobs and work share one int64
+    where their totals fit side by side (:func:`_shared_fields`).
     """
     out = np.zeros((3, len(at)), dtype=np.int64)
     if len(ranks) == 0:  # the packed signatures have no request in the queue
         return out
-    jobs, work = weights_in_order[0][ranks], weights_in_order[1][ranks]
-    shift = _count_under_jobs(jobs)
-    weights = np.stack([jobs * 2.0**shift + 1, work] if shift is not None else [np.ones(len(ranks)), jobs, work])
-    table = byte_subset_sums(weights)  # (weights, bytes x 256)
+    fields = np.stack([np.ones(len(ranks), dtype=np.int64), weights_in_order[0][ranks].astype(np.int64),
+                       weights_in_order[1][ranks].astype(np.int64)])
+    words, shifts = _shared_fields(fields)
+    table = byte_subset_sums(words, dtype=np.int64)  # (words, bytes x 256)
+    n_bytes = table.shape[1] // 256
+    # The packed requests' bits per class: each request's column of classes (rows
+    # transposed once), gathered in queue order and transposed back, 64 classes (a
+    # word) at a time. No bit is unpacked: unpacking, gathering and packing again
+    # moved classes x len(ranks) bytes.
+    by_signature = transpose_words(class_takeable, n_signatures)  # (signatures, class words)
     columns = sig_in_order[ranks]
-    step = max(1, BLOCK // max(n_signatures + len(ranks), 1))
+    step = 64 * max(1, round(BLOCK / max(n_signatures + len(ranks), 1) / 64))
     for first in range(0, len(class_takeable), step):
         classes = np.arange(first, min(first + step, len(class_takeable)))
-        rows = np.packbits(np.take(unpack_words(class_takeable[classes], n_signatures), columns, axis=1), axis=1)
+        by_request = np.take(by_signature[:, first // 64 : classes[-1] // 64 + 1], columns, axis=0)
+        rows = transpose_words(by_request, len(classes))
+        rows = rows.view(np.uint8)[: len(classes), :n_bytes]
         live = np.flatnonzero(rows.any(axis=1))  # classes taking none of them add nothing
         who = _members_of(classes[live], by_class, class_start)
         if len(who) == 0:
             continue
         row_of = np.repeat(np.arange(len(live)), class_start[classes[live] + 1] - class_start[classes[live]])
         sums = _packed_prefix(rows[live], table, row_of, np.searchsorted(ranks, at[who]))
-        if shift is not None:
-            sums = np.stack([*_split_count_jobs(sums[0], shift), sums[1]])
-        out[:, who] = sums
+        out[:, who] = _split_fields(sums, shifts)
     return out
 
 
+def _shared_fields(fields: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """``(words, shifts)``: non-negative integer ``fields`` (k, items) packed side by side into int64 weights.
+
+    Field ``f`` goes into a word at a shift above the bits the totals of the
+    fields below it need, so every partial sum of the word is the fields'
+    partial sums side by side, exact while the top field's total stays below
+    2**63. Fields are placed in order, a new word starting where the next would
+    not fit. ``shifts[w]`` lists word ``w``'s fields' shifts; a field with a
+    negative weight gets a word of its own (shift 0). Split with :func:`_split_fields`.
+    """
+    words, shifts = [], []
+    used = 0  # bits of the current word in use
+    for values in fields:
+        bits = int(values.sum()).bit_length() if values.min(initial=0) >= 0 else 63
+        if not words or used + bits > 63:
+            words.append(np.zeros(fields.shape[1], dtype=np.int64))
+            shifts.append([])
+            used = 0
+        words[-1] += values << used
+        shifts[-1].append(used)
+        used += bits
+    return np.stack(words), shifts
+
+
+def _split_fields(sums: np.ndarray, shifts: list[list[int]]) -> np.ndarray:
+    """The fields' sums (k, queries) from :func:`_shared_fields`' words' sums (words, queries)."""
+    out = []
+    for word, at in zip(sums, shifts):
+        bounds = at[1:] + [64]
+        for low, high in zip(at, bounds):
+            out.append(word >> low if high >= 64 else (word >> low) & ((1 << (high - low)) - 1))
+    return np.stack(out)
+
+
 def _packed_prefix(rows: np.ndarray, table: np.ndarray, row_of: np.ndarray, place: np.ndarray) -> np.ndarray:
-    """Per weight and query, the sum over the first ``place`` packed items of row ``row_of`` (integers)."""
+    """Per weight and query, the sum over the first ``place`` packed items of row ``row_of`` (``table``'s dtype)."""
     n_bytes = rows.shape[1]
     byte, below = place >> 3, place & 7
     # The items of the query's own byte that come before it (np.packbits: first item = high bit).
@@ -423,12 +463,11 @@ def _packed_prefix(rows: np.ndarray, table: np.ndarray, row_of: np.ndarray, plac
     # row-major pass jumps 2 KiB at every lookup: 0.33 s against 0.24 s of CPU for 1,113
     # classes x 10,700 bytes of random values, one process, in turns).
     index = rows.T + (np.arange(n_bytes, dtype=np.intp) * 256)[:, None]
-    out = np.empty((len(table), len(place)), dtype=np.int64)
-    running = np.zeros((n_bytes + 1, len(rows)))
+    out = np.empty((len(table), len(place)), dtype=table.dtype)
+    running = np.zeros((n_bytes + 1, len(rows)), dtype=table.dtype)
     for j, weights in enumerate(table):
         np.cumsum(np.take(weights, index), axis=0, out=running[1:])
-        value = running[byte, row_of] + np.where(inside, np.take(weights, partial), 0.0)
-        out[j] = np.rint(value).astype(np.int64)
+        out[j] = running[byte, row_of] + np.where(inside, np.take(weights, partial), 0)
     return out
 
 
