@@ -76,6 +76,7 @@ def test_sweep_and_walk_split_one_queue_and_agree_with_brute_force(monkeypatch, 
 
     monkeypatch.setattr(module, "BLOCK", block)
     monkeypatch.setattr(module, "SWEEP_BLOCK", 16 if block == 64 else module.SWEEP_BLOCK)
+    monkeypatch.setattr(module, "SWEEP_COST", 1 / 128)  # the split below, whatever the tuned value
     rng = np.random.default_rng(11)
     n, n_sig, n_class = 500, 90, 40
     position = rng.permutation(3 * n)[:n]

@@ -101,8 +101,12 @@ def competition(
 
 # A swept member costs about this many walked pairs per signature (see _dense_classes):
 # measured on the realistic horde, 1/128 beat 1/16 at 2,000 x 50,000 (0.28 s against
-# 0.34 s) and at 20,000 x 1,000,000 (35 s against 81 s, loaded machine).
-SWEEP_COST = 1 / 128
+# 0.34 s) and at 20,000 x 1,000,000 (35 s against 81 s, loaded machine). Round six
+# (PACKED_COST 1/14 beside it, text inputs pickled, settings in turns in one process, CPU
+# medians of 7 runs): 1/256 took 0.91 / 0.87 / 0.86 / 0.83 of 1/128's time at 2,000 x
+# 50k / 100k / 200k / 400k, 1.03 on the adversarial 50k, 0.93 at 20,000 x 1M (3 runs). The
+# sweep's cost per member grows with the signatures, the walk's per class with the queue.
+SWEEP_COST = 1 / 256
 # Unpacked elements per block of swept members (float64): 2**19 beat 2**18 and 2**20 on the
 # 1M text competition inputs (sweep alone, one thread: 1.53 s against 1.67 and 1.65 s).
 SWEEP_BLOCK = 1 << 19
@@ -311,8 +315,10 @@ def _walk(
 # signatures (a bit gathered and packed, and a byte-table lookup per weight and eight
 # requests, against an entry listed, sorted and searched); see _packed_signatures. Measured
 # on the text inputs of 2,000 x 50k / 200k / 400k and 20,000 x 1M, all settings in turns in
-# one process: 1/10 was neutral at 50k (1/16 cost 9% there), best or tied above.
-PACKED_COST = 1 / 10
+# one process: 1/10 was neutral at 50k (1/16 cost 9% there), best or tied above. Round six
+# made the packed pass cheaper (one int64 weight, rows transposed): 1/14 then took 0.93-0.95
+# of 1/10's time at 50k-200k and 0.87-0.89 at 400k; 1/28 and 1/40 lost at 50k.
+PACKED_COST = 1 / 14
 
 
 def _pack_apart(
