@@ -122,25 +122,26 @@ def test_the_sweep_equals_brute_force_with_count_and_jobs_packed_or_apart(queue,
 
 
 @settings(max_examples=200, deadline=None)
-@given(queues(), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([1 << 22, 64]))
-def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, packed_cost, block):
+@given(queues(), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([1 << 22, 64]), st.sampled_from([128, 1, 3]))
+def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, packed_cost, block, chunk):
     # PACKED_COST 0 packs every signature some class walks, 2 none (a signature is walked by
-    # at most every class); BLOCK 64 cuts the packed pass into blocks of a class or two.
+    # at most every class); BLOCK 64 cuts the packed pass into blocks of a class or two;
+    # PREFIX_CHUNK 1 or 3 looks bytes up in chunks that end inside the rows.
     # SWEEP_COST is raised so that every class is walked.
     import vecsched.core.competition as C
 
     position, signature, klass, takeable, jobs, work, members = queue
-    saved = C.PACKED_COST, C.SWEEP_COST, C.BLOCK
+    saved = C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK
     taken = []
     real = C._sum_packed
     try:
-        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = packed_cost, 1e9, block
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK = packed_cost, 1e9, block, chunk
         C._sum_packed = lambda *a: taken.append(len(a[0])) or real(*a)
         count, jobs_ahead, work_ahead = competition(
             position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
         )
     finally:
-        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = saved
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK = saved
         C._sum_packed = real
     if packed_cost == 2.0:
         assert not taken
@@ -150,11 +151,17 @@ def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, pac
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
 
 
-def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
+def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures(monkeypatch):
     # Forty classes of about four members each take random halves of 200 signatures of one
     # request each: against the anchor "nothing", each signature is walked by about half the
-    # classes, far above PACKED_COST, so all are packed.
+    # classes, far above PACKED_COST, so all are packed. The classes are walked, not swept,
+    # against "nothing" and "everything" only (the tuned SWEEP_COST would sweep them).
     import vecsched.core.competition as C
+
+    monkeypatch.setattr(C, "SWEEP_COST", 1e9)
+    monkeypatch.setattr(C, "MAX_ANCHORS", 2)
+    real, calls = C._sum_packed, []
+    monkeypatch.setattr(C, "_sum_packed", lambda *a: calls.append(len(a[0])) or real(*a))
 
     rng = np.random.default_rng(5)
     n_sig, n_class = 200, 40
@@ -169,6 +176,7 @@ def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
     packed = C._packed_signatures(pack_words(takeable), class_size, np.ones(n_sig, dtype=np.int64))
     assert packed.all()
     count, jobs_ahead, work_ahead = competition(position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    assert calls and calls[0] > 150  # the pass ran over the packed signatures' requests (200 if all)
     ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
     np.testing.assert_array_equal(count, ahead.sum(1))
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
@@ -215,7 +223,18 @@ def test_the_packed_pass_with_fields_in_several_words_equals_brute_force():
     klass = rng.integers(0, n_class, 100)
     fields = np.stack([np.ones(n_sig, dtype=np.int64), jobs, work])
     assert len(C._shared_fields(fields)[1]) == 2
-    count, jobs_ahead, work_ahead = competition(position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    saved, real, packed = (C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS), C._sum_packed, []
+    try:
+        # Every class walked (none swept) against "nothing" or "everything" (no class made an
+        # anchor, as in so short a queue each would be); up to 19 bytes of packed requests:
+        # chunks of two, the last short.
+        C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS = 2, 1e9, 2
+        C._sum_packed = lambda *a: packed.append(len(a[0])) or real(*a)
+        count, jobs_ahead, work_ahead = competition(
+            position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    finally:
+        (C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS), C._sum_packed = saved, real
+    assert packed and packed[0] > 100
     ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
     np.testing.assert_array_equal(count, ahead.sum(1))
     np.testing.assert_array_equal(jobs_ahead, (ahead * jobs).sum(1))
