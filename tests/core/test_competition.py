@@ -239,3 +239,17 @@ def test_the_packed_pass_with_fields_in_several_words_equals_brute_force():
     np.testing.assert_array_equal(count, ahead.sum(1))
     np.testing.assert_array_equal(jobs_ahead, (ahead * jobs).sum(1))
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5), st.integers(0, 200), st.data())
+def test_set_bits_lists_the_unpacked_nonzero_cells_in_order(rows, cols, data):
+    from vecsched.core.competition import set_bits
+    from vecsched.core.groups import unpack_words
+
+    cells = data.draw(st.lists(st.lists(st.booleans(), min_size=cols, max_size=cols), min_size=rows, max_size=rows))
+    words = pack_words(np.array(cells, dtype=bool).reshape(rows, cols))
+    row, col = set_bits(words)
+    expected_row, expected_col = np.nonzero(unpack_words(words, cols))
+    np.testing.assert_array_equal(row, expected_row)
+    np.testing.assert_array_equal(col, expected_col)
