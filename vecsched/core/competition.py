@@ -434,7 +434,8 @@ def _shared_fields(fields: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
     words, shifts = [], []
     used = 0  # bits of the current word in use
     for values in fields:
-        bits = int(values.sum()).bit_length() if values.min(initial=0) >= 0 else 63
+        # A field with a negative weight shares no word: 64 bits start a word and fill it.
+        bits = int(values.sum()).bit_length() if values.min(initial=0) >= 0 else 64
         if not words or used + bits > 63:
             words.append(np.zeros(fields.shape[1], dtype=np.int64))
             shifts.append([])
