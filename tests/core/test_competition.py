@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vecsched.core.competition import competition
@@ -76,6 +76,7 @@ def test_sweep_and_walk_split_one_queue_and_agree_with_brute_force(monkeypatch, 
 
     monkeypatch.setattr(module, "BLOCK", block)
     monkeypatch.setattr(module, "SWEEP_BLOCK", 16 if block == 64 else module.SWEEP_BLOCK)
+    monkeypatch.setattr(module, "SWEEP_COST", 1 / 128)  # the split below, whatever the tuned value
     rng = np.random.default_rng(11)
     n, n_sig, n_class = 500, 90, 40
     position = rng.permutation(3 * n)[:n]
@@ -121,25 +122,26 @@ def test_the_sweep_equals_brute_force_with_count_and_jobs_packed_or_apart(queue,
 
 
 @settings(max_examples=200, deadline=None)
-@given(queues(), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([1 << 22, 64]))
-def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, packed_cost, block):
+@given(queues(), st.sampled_from([0.0, 0.5, 2.0]), st.sampled_from([1 << 22, 64]), st.sampled_from([128, 1, 3]))
+def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, packed_cost, block, chunk):
     # PACKED_COST 0 packs every signature some class walks, 2 none (a signature is walked by
-    # at most every class); BLOCK 64 cuts the packed pass into blocks of a class or two.
+    # at most every class); BLOCK 64 cuts the packed pass into blocks of a class or two;
+    # PREFIX_CHUNK 1 or 3 looks bytes up in chunks that end inside the rows.
     # SWEEP_COST is raised so that every class is walked.
     import vecsched.core.competition as C
 
     position, signature, klass, takeable, jobs, work, members = queue
-    saved = C.PACKED_COST, C.SWEEP_COST, C.BLOCK
+    saved = C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK
     taken = []
     real = C._sum_packed
     try:
-        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = packed_cost, 1e9, block
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK = packed_cost, 1e9, block, chunk
         C._sum_packed = lambda *a: taken.append(len(a[0])) or real(*a)
         count, jobs_ahead, work_ahead = competition(
             position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
         )
     finally:
-        C.PACKED_COST, C.SWEEP_COST, C.BLOCK = saved
+        C.PACKED_COST, C.SWEEP_COST, C.BLOCK, C.PREFIX_CHUNK = saved
         C._sum_packed = real
     if packed_cost == 2.0:
         assert not taken
@@ -149,11 +151,17 @@ def test_the_walk_with_signatures_packed_or_walked_equals_brute_force(queue, pac
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
 
 
-def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
+def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures(monkeypatch):
     # Forty classes of about four members each take random halves of 200 signatures of one
     # request each: against the anchor "nothing", each signature is walked by about half the
-    # classes, far above PACKED_COST, so all are packed.
+    # classes, far above PACKED_COST, so all are packed. The classes are walked, not swept,
+    # against "nothing" and "everything" only (the tuned SWEEP_COST would sweep them).
     import vecsched.core.competition as C
+
+    monkeypatch.setattr(C, "SWEEP_COST", 1e9)
+    monkeypatch.setattr(C, "MAX_ANCHORS", 2)
+    real, calls = C._sum_packed, []
+    monkeypatch.setattr(C, "_sum_packed", lambda *a: calls.append(len(a[0])) or real(*a))
 
     rng = np.random.default_rng(5)
     n_sig, n_class = 200, 40
@@ -168,6 +176,81 @@ def test_the_packed_pass_is_taken_where_most_classes_walk_rare_signatures():
     packed = C._packed_signatures(pack_words(takeable), class_size, np.ones(n_sig, dtype=np.int64))
     assert packed.all()
     count, jobs_ahead, work_ahead = competition(position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    assert calls and calls[0] > 150  # the pass ran over the packed signatures' requests (200 if all)
     ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
     np.testing.assert_array_equal(count, ahead.sum(1))
     np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2**40), min_size=3, max_size=3), min_size=1, max_size=30),
+       st.sampled_from([1, 2**17, -1]))
+@example(items=[[0, 1, 0]], scale=-1)  # a negative field after an empty one, before another: once shared a word
+def test_shared_fields_split_back_to_every_fields_partial_sums(items, scale):
+    # Fields packed side by side in int64 words: every prefix sum of a word splits into the
+    # fields' own prefix sums. Large fields (scale 2**17: totals near 2**62) take a word each;
+    # a negative field takes its own word.
+    from vecsched.core.competition import _shared_fields, _split_fields
+
+    fields = np.array(items, dtype=np.int64).T
+    fields[1] *= scale
+    words, shifts = _shared_fields(fields)
+    assert sum(len(s) for s in shifts) == 3
+    prefix = np.cumsum(words, axis=1)
+    np.testing.assert_array_equal(_split_fields(prefix, shifts), np.cumsum(fields, axis=1))
+
+
+def test_shared_fields_put_small_fields_in_one_word():
+    from vecsched.core.competition import _shared_fields
+
+    fields = np.array([[1, 1, 1], [4, 2, 1], [2048, 300, 7]], dtype=np.int64)
+    words, shifts = _shared_fields(fields)
+    assert words.shape == (1, 3) and shifts == [[0, 2, 5]]
+
+
+def test_the_packed_pass_with_fields_in_several_words_equals_brute_force():
+    # Work of about 2**40 per request leaves no room for count and jobs beside it: the packed
+    # pass sums it in a word of its own.
+    import vecsched.core.competition as C
+
+    rng = np.random.default_rng(9)
+    n_sig, n_class = 150, 30
+    position = rng.permutation(n_sig)
+    signature = np.arange(n_sig)
+    jobs = rng.integers(1, 5, n_sig)
+    work = jobs * rng.integers(2**38, 2**40, n_sig)
+    takeable = rng.random((n_class, n_sig)) < 0.5
+    members = rng.choice(n_sig, 100, replace=False)
+    klass = rng.integers(0, n_class, 100)
+    fields = np.stack([np.ones(n_sig, dtype=np.int64), jobs, work])
+    assert len(C._shared_fields(fields)[1]) == 2
+    saved, real, packed = (C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS), C._sum_packed, []
+    try:
+        # Every class walked (none swept) against "nothing" or "everything" (no class made an
+        # anchor, as in so short a queue each would be); up to 19 bytes of packed requests:
+        # chunks of two, the last short.
+        C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS = 2, 1e9, 2
+        C._sum_packed = lambda *a: packed.append(len(a[0])) or real(*a)
+        count, jobs_ahead, work_ahead = competition(
+            position, signature, klass, pack_words(takeable), n_sig, jobs, work, members)
+    finally:
+        (C.PREFIX_CHUNK, C.SWEEP_COST, C.MAX_ANCHORS), C._sum_packed = saved, real
+    assert packed and packed[0] > 100
+    ahead = (position[None, :] < position[members][:, None]) & takeable[klass][:, signature]
+    np.testing.assert_array_equal(count, ahead.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (ahead * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (ahead * work).sum(1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 5), st.integers(0, 200), st.data())
+def test_set_bits_lists_the_unpacked_nonzero_cells_in_order(rows, cols, data):
+    from vecsched.core.competition import set_bits
+    from vecsched.core.groups import unpack_words
+
+    cells = data.draw(st.lists(st.lists(st.booleans(), min_size=cols, max_size=cols), min_size=rows, max_size=rows))
+    words = pack_words(np.array(cells, dtype=bool).reshape(rows, cols))
+    row, col = set_bits(words)
+    expected_row, expected_col = np.nonzero(unpack_words(words, cols))
+    np.testing.assert_array_equal(row, expected_row)
+    np.testing.assert_array_equal(col, expected_col)

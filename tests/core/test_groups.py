@@ -262,3 +262,15 @@ def test_distinct_stacked_rows_codes_the_stack_as_row_codes_does(parts, collide)
     want, _ = factorize_rows(*stacked.T.astype(np.int64))
     np.testing.assert_array_equal(codes, want)
     np.testing.assert_array_equal(distinct[codes], stacked)
+
+
+def test_byte_subset_sums_in_int64_are_exact_where_float64_rounds():
+    from vecsched.core.groups import byte_subset_sums
+
+    weights = np.array([[2**60 + 1, 3, 2**59 + 5]], dtype=np.int64)
+    table = byte_subset_sums(weights, dtype=np.int64)
+    assert table.dtype == np.int64
+    assert int(table[0, 0b10100000]) == 2**60 + 1 + 2**59 + 5
+    assert int(table[0, 0b11100000]) == 2**60 + 1 + 3 + 2**59 + 5
+    np.testing.assert_array_equal(byte_subset_sums(weights % 1000, dtype=np.int64),
+                                  byte_subset_sums((weights % 1000).astype(float)).astype(np.int64))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vecsched.core.groups import byte_subset_sums, pack_words, unpack_words
+from vecsched.core.groups import byte_subset_sums, pack_words, transpose_words, unpack_words
 
 # Elements per temporary block (pairs, entries, unpacked rows).
 BLOCK = 1 << 22
@@ -101,8 +101,12 @@ def competition(
 
 # A swept member costs about this many walked pairs per signature (see _dense_classes):
 # measured on the realistic horde, 1/128 beat 1/16 at 2,000 x 50,000 (0.28 s against
-# 0.34 s) and at 20,000 x 1,000,000 (35 s against 81 s, loaded machine).
-SWEEP_COST = 1 / 128
+# 0.34 s) and at 20,000 x 1,000,000 (35 s against 81 s, loaded machine). Round six
+# (PACKED_COST 1/14 beside it, text inputs pickled, settings in turns in one process, CPU
+# medians of 7 runs): 1/256 took 0.91 / 0.87 / 0.86 / 0.83 of 1/128's time at 2,000 x
+# 50k / 100k / 200k / 400k, 1.03 on the adversarial 50k, 0.93 at 20,000 x 1M (3 runs). The
+# sweep's cost per member grows with the signatures, the walk's per class with the queue.
+SWEEP_COST = 1 / 256
 # Unpacked elements per block of swept members (float64): 2**19 beat 2**18 and 2**20 on the
 # 1M text competition inputs (sweep alone, one thread: 1.53 s against 1.67 and 1.65 s).
 SWEEP_BLOCK = 1 << 19
@@ -286,7 +290,7 @@ def _walk(
             ahead = at[block_members]
             result = np.stack([base[0][ahead], base[1][ahead], base[2][ahead]])
             for sign, walk_words in ((1, words & ~anchor), (-1, anchor & ~words)):
-                pair_class, pair_sig = np.nonzero(unpack_words(walk_words, n_signatures))
+                pair_class, pair_sig = set_bits(walk_words)
                 pair_class = classes[pair_class]
                 # A signature whose first request comes after a class's last member adds nothing.
                 useful = sig_first_rank[pair_sig] < class_last[pair_class]
@@ -311,8 +315,10 @@ def _walk(
 # signatures (a bit gathered and packed, and a byte-table lookup per weight and eight
 # requests, against an entry listed, sorted and searched); see _packed_signatures. Measured
 # on the text inputs of 2,000 x 50k / 200k / 400k and 20,000 x 1M, all settings in turns in
-# one process: 1/10 was neutral at 50k (1/16 cost 9% there), best or tied above.
-PACKED_COST = 1 / 10
+# one process: 1/10 was neutral at 50k (1/16 cost 9% there), best or tied above. Round six
+# made the packed pass cheaper (one int64 weight, rows transposed): 1/14 then took 0.93-0.95
+# of 1/10's time at 50k-200k and 0.87-0.89 at 400k; 1/28 and 1/40 lost at 50k.
+PACKED_COST = 1 / 14
 
 
 def _pack_apart(
@@ -380,37 +386,91 @@ def _sum_packed(
     weights (:func:`vecsched.core.groups.byte_subset_sums`) turns a byte into
     its sums, and their running sum along the bytes answers a member by the
     bytes before its place plus the masked byte at it. Cost: classes x
-    ``len(ranks)`` / 8 per weight, whatever the classes take. As in
-    :func:`_sweep`, count and jobs share one weight where they fit
-    (:func:`_count_under_jobs`).
+    ``len(ranks)`` / 8 per weight, whatever the classes take. Weights are
+    integers, summed in int64 (exact); count, jobs and work share one int64
+    where their totals fit side by side (:func:`_shared_fields`).
     """
     out = np.zeros((3, len(at)), dtype=np.int64)
     if len(ranks) == 0:  # the packed signatures have no request in the queue
         return out
-    jobs, work = weights_in_order[0][ranks], weights_in_order[1][ranks]
-    shift = _count_under_jobs(jobs)
-    weights = np.stack([jobs * 2.0**shift + 1, work] if shift is not None else [np.ones(len(ranks)), jobs, work])
-    table = byte_subset_sums(weights)  # (weights, bytes x 256)
+    fields = np.stack([np.ones(len(ranks), dtype=np.int64), weights_in_order[0][ranks].astype(np.int64),
+                       weights_in_order[1][ranks].astype(np.int64)])
+    words, shifts = _shared_fields(fields)
+    table = byte_subset_sums(words, dtype=np.int64)  # (words, bytes x 256)
+    n_bytes = table.shape[1] // 256
+    # The packed requests' bits per class: each request's column of classes (rows
+    # transposed once), gathered in queue order and transposed back, 64 classes (a
+    # word) at a time. No bit is unpacked: unpacking, gathering and packing again
+    # moved classes x len(ranks) bytes.
+    by_signature = transpose_words(class_takeable, n_signatures)  # (signatures, class words)
     columns = sig_in_order[ranks]
-    step = max(1, BLOCK // max(n_signatures + len(ranks), 1))
+    # Blocks of classes whose running sums (classes x bytes, int64) hold about BLOCK elements.
+    step = 64 * max(1, BLOCK // (64 * n_bytes))
     for first in range(0, len(class_takeable), step):
         classes = np.arange(first, min(first + step, len(class_takeable)))
-        rows = np.packbits(np.take(unpack_words(class_takeable[classes], n_signatures), columns, axis=1), axis=1)
+        by_request = np.take(by_signature[:, first // 64 : classes[-1] // 64 + 1], columns, axis=0)
+        rows = transpose_words(by_request, len(classes))
+        rows = rows.view(np.uint8)[: len(classes), :n_bytes]
         live = np.flatnonzero(rows.any(axis=1))  # classes taking none of them add nothing
         who = _members_of(classes[live], by_class, class_start)
         if len(who) == 0:
             continue
         row_of = np.repeat(np.arange(len(live)), class_start[classes[live] + 1] - class_start[classes[live]])
         sums = _packed_prefix(rows[live], table, row_of, np.searchsorted(ranks, at[who]))
-        if shift is not None:
-            sums = np.stack([*_split_count_jobs(sums[0], shift), sums[1]])
-        out[:, who] = sums
+        out[:, who] = _split_fields(sums, shifts)
     return out
 
 
+def _shared_fields(fields: np.ndarray) -> tuple[np.ndarray, list[list[int]]]:
+    """``(words, shifts)``: non-negative integer ``fields`` (k, items) packed side by side into int64 weights.
+
+    Field ``f`` goes into a word at a shift above the bits the totals of the
+    fields below it need, so every partial sum of the word is the fields'
+    partial sums side by side, exact while the top field's total stays below
+    2**63. Fields are placed in order, a new word starting where the next would
+    not fit. ``shifts[w]`` lists word ``w``'s fields' shifts; a field with a
+    negative weight gets a word of its own (shift 0). Split with :func:`_split_fields`.
+    """
+    words, shifts = [], []
+    used = 0  # bits of the current word in use
+    for values in fields:
+        # A field with a negative weight shares no word: 64 bits start a word and fill it.
+        bits = int(values.sum()).bit_length() if values.min(initial=0) >= 0 else 64
+        if not words or used + bits > 63:
+            words.append(np.zeros(fields.shape[1], dtype=np.int64))
+            shifts.append([])
+            used = 0
+        words[-1] += values << used
+        shifts[-1].append(used)
+        used += bits
+    return np.stack(words), shifts
+
+
+def _split_fields(sums: np.ndarray, shifts: list[list[int]]) -> np.ndarray:
+    """The fields' sums (k, queries) from :func:`_shared_fields`' words' sums (words, queries)."""
+    out = []
+    for word, at in zip(sums, shifts):
+        bounds = at[1:] + [64]
+        for low, high in zip(at, bounds):
+            out.append(word >> low if high >= 64 else (word >> low) & ((1 << (high - low)) - 1))
+    return np.stack(out)
+
+
+# Bytes of packed items whose table entries (2 KiB per byte, int64) are read together: 128
+# bytes of table stay in a core's L2 cache while every row reads them.
+PREFIX_CHUNK = 128
+
+
 def _packed_prefix(rows: np.ndarray, table: np.ndarray, row_of: np.ndarray, place: np.ndarray) -> np.ndarray:
-    """Per weight and query, the sum over the first ``place`` packed items of row ``row_of`` (integers)."""
-    n_bytes = rows.shape[1]
+    """Per weight and query, the sum over the first ``place`` packed items of row ``row_of`` (``table``'s dtype).
+
+    Each row's bytes are looked up a chunk of bytes at a time for every row
+    (the chunk's table stays in cache; a whole row at a time reads the whole
+    table per row) into a (rows, bytes) array, summed along the bytes:
+    NumPy's running sum along the last axis costs about 1 ns an element, along
+    the first 4-12 ns (measured, 64 and 512 rows).
+    """
+    n_rows, n_bytes = rows.shape
     byte, below = place >> 3, place & 7
     # The items of the query's own byte that come before it (np.packbits: first item = high bit).
     head = (0xFF00 >> below).astype(np.uint8)
@@ -419,17 +479,36 @@ def _packed_prefix(rows: np.ndarray, table: np.ndarray, row_of: np.ndarray, plac
     partial = np.zeros(len(place), dtype=np.intp)
     partial[inside] = rows[row_of[inside], byte[inside]] & head[inside]
     partial += np.minimum(byte, n_bytes - 1) * 256
-    # Byte-major, so that consecutive lookups read one byte's 256 entries of the table (a
-    # row-major pass jumps 2 KiB at every lookup: 0.33 s against 0.24 s of CPU for 1,113
-    # classes x 10,700 bytes of random values, one process, in turns).
-    index = rows.T + (np.arange(n_bytes, dtype=np.intp) * 256)[:, None]
-    out = np.empty((len(table), len(place)), dtype=np.int64)
-    running = np.zeros((n_bytes + 1, len(rows)))
+    offset = np.arange(n_bytes, dtype=np.intp) * 256
+    out = np.empty((len(table), len(place)), dtype=table.dtype)
+    running = np.empty((n_rows, n_bytes + 1), dtype=table.dtype)  # column k: the bytes before byte k
+    running[:, 0] = 0
     for j, weights in enumerate(table):
-        np.cumsum(np.take(weights, index), axis=0, out=running[1:])
-        value = running[byte, row_of] + np.where(inside, np.take(weights, partial), 0.0)
-        out[j] = np.rint(value).astype(np.int64)
+        for first in range(0, n_bytes, PREFIX_CHUNK):
+            chunk = slice(first, first + PREFIX_CHUNK)
+            running[:, 1 + first : 1 + first + PREFIX_CHUNK] = np.take(weights, rows[:, chunk] + offset[chunk])
+        np.cumsum(running, axis=1, out=running)
+        out[j] = running[row_of, byte] + np.where(inside, np.take(weights, partial), 0)
     return out
+
+
+def set_bits(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(row, column)`` of every set bit of packed rows (:func:`vecsched.core.groups.pack_words`), row-major.
+
+    The pairs ``np.nonzero(unpack_words(words, n))`` gives, but only the
+    non-zero words are unpacked: once the packed signatures are out, the
+    walk's differences are sparse (1% of their bits set at 2,000 x 400,000), and
+    unpacking every bit cost classes x signatures.
+
+    Examples
+    --------
+    >>> set_bits(pack_words(np.array([[False, True], [True, True]])))
+    (array([0, 1, 1]), array([1, 0, 1]))
+    """
+    row, word = np.nonzero(words)
+    bits = np.unpackbits(np.ascontiguousarray(words[row, word]).view(np.uint8).reshape(-1, 8), axis=1)
+    which, bit = np.nonzero(bits)
+    return row[which], word[which] * 64 + bit
 
 
 def _distinct_order(keys: np.ndarray) -> np.ndarray:

@@ -453,13 +453,13 @@ def _plane_sums(words: np.ndarray, column: np.ndarray) -> np.ndarray:
     return out
 
 
-def byte_subset_sums(weights: np.ndarray, n_bytes: int | None = None) -> np.ndarray:
+def byte_subset_sums(weights: np.ndarray, n_bytes: int | None = None, dtype: type = np.float64) -> np.ndarray:
     """Per byte of packed items and each of its 256 values, the sum of the weights of the items it sets.
 
-    ``weights`` is (k, items); the result is (k, n_bytes x 256), entry
-    ``256 b + v`` for byte ``b`` holding ``v``, in :func:`np.packbits`' order
-    (item ``8 b + i`` at bit ``7 - i``). ``n_bytes`` (default: enough for the
-    items) may add bytes of no item.
+    ``weights`` is (k, items); the result is (k, n_bytes x 256) of ``dtype``,
+    entry ``256 b + v`` for byte ``b`` holding ``v``, in :func:`np.packbits`'
+    order (item ``8 b + i`` at bit ``7 - i``). ``n_bytes`` (default: enough for
+    the items) may add bytes of no item.
 
     Examples
     --------
@@ -468,10 +468,10 @@ def byte_subset_sums(weights: np.ndarray, n_bytes: int | None = None) -> np.ndar
     """
     k, n_items = weights.shape
     n_bytes = -(-n_items // 8) if n_bytes is None else n_bytes
-    padded = np.zeros((k, n_bytes * 8))
+    padded = np.zeros((k, n_bytes * 8), dtype=dtype)
     padded[:, :n_items] = weights
     per_bit = padded.reshape(k, n_bytes, 8)
-    table = np.zeros((k, n_bytes, 256))
+    table = np.zeros((k, n_bytes, 256), dtype=dtype)
     for bit in range(8):
         table[:, :, 1 << bit : 2 << bit] = table[:, :, : 1 << bit] + per_bit[:, :, 7 - bit, None]
     return table.reshape(k, -1)
