@@ -26,10 +26,11 @@ def test_classes_present_lists_each_class_among_each_groups_workers_once(n_group
 @given(keyed_rows(max_keys=12, max_rows=9, max_pairs=60))
 def test_or_combinations_gives_each_keys_or_from_distinct_rows(case):
     from vecsched.core.eligibility import _or_combinations
-    from vecsched.core.groups import pack_words, unpack_words
+    from vecsched.core.groups import StackedRows, pack_words, unpack_words
 
     matrix, key, source, n_keys, want = case
-    distinct, of = _or_combinations(key, source, pack_words(matrix), n_keys)
+    stack, first, of = _or_combinations(key, source, StackedRows.of([pack_words(matrix)]), np.arange(len(matrix)), n_keys)
+    distinct = stack.take(first)
     np.testing.assert_array_equal(unpack_words(distinct, 70)[of], want)
     assert len({r.tobytes() for r in distinct}) == len(distinct)  # no two distinct rows alike
 

@@ -42,7 +42,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
-    distinct_stacked_rows,
+    StackedRows,
     factorize_rows,
     or_by_segments,
     or_rows_by_pairs,
@@ -697,22 +697,23 @@ def _takes(
     def rows_for(tables: TakeTables, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w_class, class_first = tables.worker_class, tables.class_first
         n_class, n_special = len(class_first), len(found.sums)
-        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
-        shared_rows, special_rows = nothing[0], nothing[0]
-        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
+        zero = np.zeros((1, class_rows.shape[1]), dtype=np.uint64)
+        # The shared rows are stack.take(shared_first) (distinct), never copied out before the end.
+        stack, shared_first, shared_of = StackedRows.of([zero]), np.zeros(1, np.int64), np.zeros(shared.n, np.int64)
+        special_rows, special_of = zero, np.zeros(n_special, np.int64)
         if shared.n and n_class:
-            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+            stack, shared_first, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
         pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
         if len(pair):  # (special group, class), deduplicated per block
             special_rows, special_of = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
         # Special rows often equal shared ones: one code over both. Codes are numbered by first
         # appearance over the shared rows, then each special group's row: competition's classes
         # follow this order, and its cost depends on it (measured: 1.5x at 50k in another order).
-        distinct, codes = distinct_stacked_rows([shared_rows, special_rows])
-        appearance = np.r_[codes[: len(shared_rows)], codes[len(shared_rows) + special_of]]
-        code, first = factorize_rows(appearance)
-        ordered = distinct[appearance[first]]
-        return ordered, code[np.r_[shared_of, len(shared_rows) + np.arange(len(special_of))]]
+        n_before = len(stack)
+        stack = stack.extended([special_rows])
+        appearance = np.r_[shared_first, n_before + special_of]
+        code, first = stack.codes(appearance)
+        return stack.take(appearance[first]), code[np.r_[shared_of, len(shared_first) + np.arange(len(special_of))]]
 
     return Takes(form, rows_for)
 
@@ -744,8 +745,10 @@ def _shared_takeable(
     w_class: np.ndarray,
     class_first: np.ndarray,
     class_rows: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[StackedRows, np.ndarray, np.ndarray]:
     """Per shared group, the OR of the rows of the take classes among its eligible workers.
+
+    Returns ``(stack, first, of)`` as :func:`_or_combinations` does.
 
     present[g, c] = overlap[set of g, set of c] and some worker of class c
     passes g's flags. overlap(request set, class set) is an OR over the
@@ -773,19 +776,24 @@ def _shared_takeable(
     codes, k_code = np.unique(k_first, return_inverse=True)
     passing = np.packbits(flags_by_class[codes // n_rflags, :, codes % n_rflags], axis=1, bitorder="little")
     key_rows, key_row = _or_rows_by_key_bits(holding & passing[k_code.ravel()], class_rows)
-    key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
-    return _or_combinations(key_group, key_code[key_row[key_of_pair]], key_rows[distinct_first], n_group)
+    stack = StackedRows.of([key_rows])
+    key_code, distinct_first = stack.codes(np.arange(len(key_rows)))  # keys of alike classes take alike
+    return _or_combinations(key_group, key_code[key_row[key_of_pair]], stack, distinct_first, n_group)
 
 
 def _or_combinations(
-    key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct, of)`` with ``distinct[of[k]]`` the OR of ``rows[source[i]]`` over the pairs with ``key[i] == k``.
+    key: np.ndarray, source: np.ndarray, stack: StackedRows, rows_at: np.ndarray, n_keys: int
+) -> tuple[StackedRows, np.ndarray, np.ndarray]:
+    """``(stack, first, of)``: key ``k``'s OR of the rows its pairs name is row ``of[k]`` of ``stack.take(first)``.
 
+    Source ``s`` names the row ``stack.take(rows_at[s])`` (``stack``: one part).
     A key of one source reads that row as it is (most groups name one model);
-    keys of several sources are ORed once per distinct set of sources.
+    keys of several sources are ORed once per distinct set of sources. The
+    rows of ``stack.take(first)`` are distinct, numbered by first appearance
+    over the named rows, the zero row and the ORs; the returned stack holds
+    the ORs too, and no row is copied but those ORed.
     """
-    n_rows = len(rows)
+    n_rows = len(rows_at)
     _, pair_first = factorize_rows(key, source)
     key, source = key[pair_first], source[pair_first]  # repeats dropped
     n_sources = np.bincount(key, minlength=n_keys)
@@ -802,10 +810,15 @@ def _or_combinations(
     is_first = np.zeros(len(multi), dtype=bool)
     is_first[combination_first] = True
     keep = is_first[pair_owner]  # the pairs of one key per combination
-    ored = or_rows_by_pairs(combination[pair_owner[keep]], s_sorted[keep], rows, len(combination_first))
+    rows = stack.parts[0]
+    ored = or_rows_by_pairs(combination[pair_owner[keep]], rows_at[s_sorted[keep]], rows, len(combination_first))
     of[multi] = n_rows + 1 + combination
-    distinct, codes = distinct_stacked_rows([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
-    return distinct, codes[of]
+    n_stacked = len(stack)
+    stack = stack.extended([np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
+    # Positions of the named rows, the zero row and the ORs, in that order.
+    listed = np.r_[rows_at, np.arange(n_stacked, len(stack))]
+    codes, first = stack.codes(listed)
+    return stack, listed[first], codes[of]
 
 
 def _model_class_bits(wk: WorkerArrays, cols: GateColumns, class_first: np.ndarray, k_model: np.ndarray) -> np.ndarray:

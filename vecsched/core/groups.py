@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -254,14 +256,14 @@ def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_ke
     starts, counts = starts[by_count], counts[by_count]
     n_having = np.searchsorted(-counts, -np.arange(2, counts[0] + 1), side="right")  # [j - 1]: keys with over j sources
     n_words = rows.shape[1]
-    ored = np.empty((len(starts), n_words), dtype=rows.dtype)
+    # Each slice is written to its keys' rows as it is done: no (keys, words) temporary.
+    keys = sorted_keys[starts]
     for a in range(0, n_words, WORDS_PER_SLICE):
         part = rows if n_words <= WORDS_PER_SLICE else np.ascontiguousarray(rows[:, a : a + WORDS_PER_SLICE])
         acc = part.take(sorted_sources[starts], axis=0)
         for j, n in enumerate(n_having, start=1):
             np.bitwise_or(acc[:n], part.take(sorted_sources[starts[:n] + j], axis=0), out=acc[:n])
-        ored[:, a : a + WORDS_PER_SLICE] = acc
-    out[sorted_keys[starts]] = ored
+        out[keys, a : a + WORDS_PER_SLICE] = acc
     return out
 
 
@@ -531,27 +533,74 @@ def distinct_stacked_rows(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarr
     >>> distinct.ravel().tolist(), codes.tolist()
     ([1, 2, 3], [0, 1, 1, 2])
     """
-    offsets = np.cumsum([0] + [len(p) for p in parts])
-    n, n_words = int(offsets[-1]), parts[0].shape[1]
+    stack = StackedRows.of(parts)
+    codes, first = stack.codes(np.arange(len(stack)))
+    return stack.take(first), codes
 
-    def rows(at: np.ndarray) -> np.ndarray:
-        out = np.empty((len(at), n_words), dtype=parts[0].dtype)
-        part_of = np.searchsorted(offsets, at, side="right") - 1
-        for k, part in enumerate(parts):
+
+# StackedRows compares hash-alike rows this many words at a time: a bounded temporary (a large
+# one costs page faults, the larger part of the CPU time of such a copy on this machine at 1M).
+COMPARE_WORDS = 1 << 20
+
+
+@dataclass(frozen=True)
+class StackedRows:
+    """The rows of several word arrays read as one stack, never concatenated, with a hash per row.
+
+    Callers that keep combining rows (distinct rows of one step stacked with
+    new rows of the next) pass positions in the stack instead of copies of
+    its rows: each row is hashed once, and only the rows compared or finally
+    kept are gathered. Build with :meth:`of`; grow with :meth:`extended`.
+    """
+
+    parts: tuple[np.ndarray, ...]
+    offsets: np.ndarray  # first stacked position of each part, and the stack's length
+    hashes: np.ndarray  # one int64 per stacked row (:func:`_row_hashes`)
+
+    @classmethod
+    def of(cls, parts: list[np.ndarray]) -> StackedRows:
+        """The stack of ``parts`` (all with the same number of words per row)."""
+        return cls((), np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)).extended(parts)
+
+    def extended(self, parts: list[np.ndarray]) -> StackedRows:
+        """This stack with ``parts`` stacked below it; its rows keep their positions."""
+        hashes = [self.hashes] + [_row_hashes(part)[0] for part in parts]
+        sizes = [len(part) for part in parts]
+        offsets = np.r_[self.offsets, self.offsets[-1] + np.cumsum(sizes, dtype=np.int64)]
+        return StackedRows(self.parts + tuple(parts), offsets, np.concatenate(hashes))
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def take(self, at: np.ndarray) -> np.ndarray:
+        """The stacked rows at positions ``at``."""
+        at = np.asarray(at, dtype=np.int64)
+        out = np.empty((len(at), self.parts[0].shape[1]), dtype=self.parts[0].dtype)
+        part_of = np.searchsorted(self.offsets, at, side="right") - 1
+        for k, part in enumerate(self.parts):
             mine = np.flatnonzero(part_of == k)
-            out[mine] = part[at[mine] - offsets[k]]
+            if len(mine):
+                out[mine] = part.take(at[mine] - self.offsets[k], axis=0)
         return out
 
-    if n == 0:
-        return np.zeros((0, n_words), dtype=parts[0].dtype), np.zeros(0, dtype=np.int64)
-    hashes = np.concatenate([_row_hashes(part)[0] for part in parts if len(part)])
-    codes, first = factorize_rows(hashes)
-    copies = np.flatnonzero(first[codes] != np.arange(n))  # a first row equals itself
-    if np.array_equal(rows(copies), rows(first[codes[copies]])):
-        return rows(first), codes
-    stacked = np.concatenate(parts)  # a collision: row_codes sorts the rows
-    codes, first = row_codes(stacked)
-    return stacked[first], codes
+    def codes(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`row_codes` of the rows at ``at`` (``(codes, first)``, first appearance), gathering only those compared.
+
+        Rows of equal hashes are compared word for word; on any collision the
+        rows are gathered and sorted instead, so the codes are exact whatever
+        the hash does.
+        """
+        at = np.asarray(at, dtype=np.int64)
+        if len(at) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        codes, first = factorize_rows(self.hashes[at])
+        copies = np.flatnonzero(first[codes] != np.arange(len(at)))  # a first row equals itself
+        step = max(1, COMPARE_WORDS // max(self.parts[0].shape[1], 1))
+        for a in range(0, len(copies), step):
+            some = copies[a : a + step]
+            if not np.array_equal(self.take(at[some]), self.take(at[first[codes[some]]])):
+                return row_codes(self.take(at))
+        return codes, first
 
 
 def _row_hashes(words: np.ndarray) -> list[np.ndarray]:
