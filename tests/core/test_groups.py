@@ -262,3 +262,28 @@ def test_distinct_stacked_rows_codes_the_stack_as_row_codes_does(parts, collide)
     want, _ = factorize_rows(*stacked.T.astype(np.int64))
     np.testing.assert_array_equal(codes, want)
     np.testing.assert_array_equal(distinct[codes], stacked)
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=6), min_size=1, max_size=4),
+       st.lists(st.integers(0, 10**6), max_size=20), st.booleans(), st.integers(1, 3))
+def test_stacked_rows_code_any_positions_as_row_codes_does(parts, picks, collide, compare_words):
+    import vecsched.core.groups as groups
+
+    arrays = [np.array(p, dtype=np.uint64).reshape(-1, 2) << np.uint64(62) for p in parts]
+    stacked = np.concatenate(arrays)
+    old = groups._row_hashes, groups.COMPARE_WORDS
+    try:
+        groups.COMPARE_WORDS = compare_words  # compared a row or two at a time
+        if collide:  # every row hashed alike: the exact fallback
+            groups._row_hashes = lambda w: [np.zeros(len(w), np.int64)]
+        stack = groups.StackedRows.of(arrays[:1]).extended(arrays[1:])  # grown part by part
+        at = np.array([p % len(stacked) for p in picks] if len(stacked) else [], dtype=np.int64)
+        codes, first = stack.codes(at)
+    finally:
+        groups._row_hashes, groups.COMPARE_WORDS = old
+    assert len(stack) == len(stacked)
+    np.testing.assert_array_equal(stack.take(at), stacked[at])
+    want_codes, want_first = groups.row_codes(stacked[at])
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(first, want_first)
