@@ -62,6 +62,8 @@ from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
+# Words of packed eligible workers summed per bit_sums call by the shared groups (8 MB).
+SUM_BLOCK_WORDS = 1 << 20
 # Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
 DENSE_TABLE_BYTES = 1 << 27
 # or_rows_dense pays about this many word ORs per run of eight sources (its Python step per
@@ -217,7 +219,7 @@ def eligibility(
         n_special=special.n,
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
-        eligible_workers=found.workers if every_request_special else None,
+        eligible_workers=found.workers(np.arange(special.n)) if every_request_special else None,
         worker_rows=cols.worker_rows,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
@@ -460,12 +462,24 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
     flag_words = np.stack([_packed_columns(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
     groups = SharedGroups(group_of, g_set, g_flags, np.zeros(0, bool), np.zeros((0, 3)), w_values, flag_words, sets.worker_words)
 
+    # Request sets overlapping the same workers, and flag rows passing the same workers, coded alike.
+    set_code = row_codes(sets.worker_words)[0]
+    flag_code = [row_codes(words)[0] for words in flag_words]
+    step = max(1, SUM_BLOCK_WORDS // max(sets.worker_words.shape[1], 1))
+
     def sums(some: np.ndarray, variant: int) -> np.ndarray:
-        # The eligible workers of each group, packed; alike rows (groups whose
-        # flags pass the same workers) are summed once.
-        words = groups.words(some, np.full(len(some), variant))
-        codes, first = row_codes(words)
-        return bit_sums(words[first], w_values)[codes]
+        # Groups of alike (overlap row, flag row) pairs have alike eligible workers: each pair's
+        # workers are packed once, a block of pairs at a time (no (groups, words) temporary: at
+        # 1M it cost more in page faults than the sums it saved), and alike rows of a block
+        # (pairs whose flags pass the same workers) are summed once.
+        pair, pair_first = factorize_rows(set_code[g_set[some]], flag_code[variant][g_flags[some]])
+        out = np.empty((len(pair_first), 3))
+        for a in range(0, len(pair_first), step):
+            at = some[pair_first[a : a + step]]
+            words = groups.words(at, np.full(len(at), variant))
+            codes, first = row_codes(words)
+            out[a : a + step] = bit_sums(words[first], w_values)[codes]
+        return out[pair]
 
     # Variant 1 (the speed gate too) is variant 0 where no speed gate applies (image).
     g_sums = sums(np.arange(groups.n), 1)
@@ -536,23 +550,49 @@ def _special_groups(
 
 @dataclass(frozen=True)
 class SpecialSums:
-    """Per special group: the sums over its eligible workers and, on request, those workers."""
+    """Per special group: the sums over its eligible workers and, on request, those workers.
+
+    The workers are kept as the blocks evaluated them (a block's groups over
+    the worker columns read for them), not spread over a (groups, usable
+    workers) matrix: at 20,000 x 1,000,000 that matrix took 350 MB of pages
+    written once and read back once.
+    """
 
     sums: np.ndarray  # (special groups, 3)
-    workers: np.ndarray | None  # (special groups, usable workers) with every_request_special
-    blocks: list[tuple[np.ndarray, np.ndarray]]  # (groups, the worker columns read for them)
+    # With keep_workers: (groups, the worker columns read for them, final[groups, columns]) per block.
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    n_workers: int  # usable workers of the gentype
+    kept: bool  # keep_workers: blocks holds every group's workers
 
     def present(self, w_class: np.ndarray, n_class: int) -> np.ndarray:
         """``group * n_class + class`` for each take class among each group's eligible workers.
 
-        Read from the kept workers a block at a time, over the columns the
-        block was evaluated on; only takeable rows need it, so it waits for them.
+        Read from the kept blocks, over the columns each was evaluated on; only
+        takeable rows need it, so it waits for them.
         """
         parts = [np.zeros(0, dtype=np.int64)]
-        for groups, columns in self.blocks:
-            final = self.workers[groups] if len(columns) == self.workers.shape[1] else self.workers[np.ix_(groups, columns)]
-            parts.append(_classes_present(final, groups, w_class[columns], n_class))
+        for groups, columns, final in self.blocks:
+            if len(columns):
+                parts.append(_classes_present(final, groups, w_class[columns], n_class))
         return np.concatenate(parts)
+
+    def workers(self, groups: np.ndarray) -> np.ndarray:
+        """``out[i, w]``: usable worker ``w`` is eligible for special group ``groups[i]`` (kept blocks only)."""
+        out = np.zeros((len(groups), self.n_workers), dtype=bool)
+        block_of = np.full(len(self.sums), -1, dtype=np.int64)
+        row_in_block = np.zeros(len(self.sums), dtype=np.int64)
+        for b, (some, _, _) in enumerate(self.blocks):
+            block_of[some], row_in_block[some] = b, np.arange(len(some))
+        block = block_of[groups]
+        for b in np.unique(block[block >= 0]):  # a few blocks, each a bounded number of groups
+            at = np.flatnonzero(block == b)
+            _, columns, final = self.blocks[b]
+            rows = final[row_in_block[groups[at]]]
+            if len(columns) == self.n_workers:
+                out[at] = rows
+            else:
+                out[np.ix_(at, columns)] = rows
+        return out
 
 
 def _special_sums(
@@ -569,8 +609,7 @@ def _special_sums(
     """The sums of each special group, evaluated a block of groups at a time."""
     nw, n_special = len(cols.worker_rows), special.n
     sums = np.zeros((n_special, 3))
-    workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
-    blocks: list[tuple[np.ndarray, np.ndarray]] = []
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     if n_special and nw:
         step = max(1, BLOCK_ELEMENTS // nw)
         reps = special.representative
@@ -599,13 +638,9 @@ def _special_sums(
                 final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
                 local[cols.worker_rows[columns]] = -1
                 sums[sg] = bit_sums(pack_words(final), w_values[columns])
-                if workers is not None and len(columns) == nw:
-                    workers[sg] = final
-                elif workers is not None:
-                    workers[np.ix_(sg, columns)] = final
-                if workers is not None and len(columns):
-                    blocks.append((sg, columns))
-    return SpecialSums(sums, workers, blocks)
+                if keep_workers:
+                    blocks.append((sg, columns, final))
+    return SpecialSums(sums, blocks, nw, keep_workers)
 
 
 def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
@@ -964,8 +999,8 @@ def _row_words(
         for a in range(0, len(mine) if nw else 0, step):
             at = mine[a : a + step]
             group = rows[at] - shared.n
-            if found.workers is not None:
-                out[at] = pack_words(found.workers[group])
+            if found.kept:
+                out[at] = pack_words(found.workers(group))
             else:
                 reps = special.representative[group]
                 out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps, np.arange(nw)))

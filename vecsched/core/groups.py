@@ -193,7 +193,8 @@ def pack_words(matrix: np.ndarray) -> np.ndarray:
 
 def unpack_words(words: np.ndarray, cols: int) -> np.ndarray:
     """The boolean matrix of :func:`pack_words`."""
-    return np.unpackbits(words.view(np.uint8), axis=1, count=cols).astype(bool)
+    # unpackbits gives a fresh array of 0 and 1 bytes: read as bool where it lies, not copied.
+    return np.unpackbits(words.view(np.uint8), axis=1, count=cols).view(bool)
 
 
 def or_by_segments(words: np.ndarray, segment_starts: np.ndarray) -> np.ndarray:
