@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,3 +54,41 @@ def test_or_rows_by_key_bits_ors_each_keys_sources_on_every_path(case, path):
     finally:
         E.BLOCK_ELEMENTS, E.WORDS_PER_DENSE_RUN, E.DENSE_TABLE_BYTES = old
     np.testing.assert_array_equal(unpack_words(distinct, matrix.shape[1])[of], want)
+
+
+@pytest.mark.parametrize("block_elements", [64, 1 << 23])
+def test_special_workers_read_from_kept_blocks_as_evaluated_afresh(monkeypatch, block_elements):
+    """Kept blocks (some over a few worker columns only) give each special row the workers row_words evaluates anew."""
+    import vecsched.core.eligibility as E
+    import vecsched.core.estimate as estimate_module
+    from vecsched.snapshot.schema import IMAGE, TEXT
+    from vecsched.synthetic import horde
+
+    monkeypatch.setattr(E, "BLOCK_ELEMENTS", block_elements)  # 64: a group or two per block
+    batch = estimate_module._prepare(horde(workers=120, requests=1500, seed=3))
+    subsets = 0
+    for gentype in (TEXT, IMAGE):
+        mine = np.flatnonzero(batch.queue.gentype == gentype)
+        kept = estimate_module._eligibility(batch, gentype, mine, True)
+        lazy = estimate_module._eligibility(batch, gentype, mine, False)
+        rows = np.arange(kept.n_groups, kept.n_groups + kept.n_special)[::-1]  # out of block order
+        assert len(rows)
+        np.testing.assert_array_equal(kept.row_words(rows), lazy.row_words(rows))
+        subsets += sum(1 for g, columns, final in _kept_blocks(E, batch, gentype, mine) if len(columns) < len(kept.worker_rows))
+    assert subsets  # the column-subset path was taken
+
+
+def _kept_blocks(E, batch, gentype, mine):
+    """The special blocks eligibility keeps for ``mine``, formed again step by step."""
+    from vecsched.core.arrays import take_rows
+    from vecsched.core.estimate import _excluded_among
+
+    wk, rq = batch.workers, take_rows(batch.queue, mine)
+    gates = E._GENTYPE_GATES[gentype]
+    cols = gates.columns(wk, rq)
+    sets = E._model_sets(wk, rq, cols.worker_rows)
+    flags = E._flag_tables(wk, cols, gates)
+    shared = E._shared_groups(wk, cols, sets, flags)
+    excluded = _excluded_among(batch, mine)
+    special = E._special_groups(wk, rq, cols, shared.group_of, excluded, False)
+    return E._special_sums(wk, rq, cols, sets, flags, special, excluded, shared.w_values, keep_workers=True).blocks
