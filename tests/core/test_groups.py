@@ -224,21 +224,21 @@ def test_transpose_words_packs_the_transposed_bits(n_rows, n_cols, seed):
 
 
 @settings(max_examples=100)
-@given(keyed_rows(), st.integers(1, 2))
-def test_or_rows_agree_when_rows_are_ored_a_slice_of_words_at_a_time(case, width):
+@given(keyed_rows(), st.integers(1, 2), st.sampled_from([1, 2, 64]))
+def test_or_rows_agree_when_rows_are_ored_a_slice_of_words_at_a_time(case, width, runs_per_table):
     import vecsched.core.groups as G
 
     matrix, key, source, n_keys, want = case
     wide = np.concatenate([matrix, ~matrix, matrix], axis=1)  # three or more words per row
     member = np.zeros((n_keys, len(matrix)), dtype=bool)
     member[key, source] = True
-    old = G.WORDS_PER_SLICE
-    try:
-        G.WORDS_PER_SLICE = width
+    old = G.WORDS_PER_SLICE, G.RUNS_PER_TABLE
+    try:  # slices of a word or two; a table per run, per two runs, or one for every run
+        G.WORDS_PER_SLICE, G.RUNS_PER_TABLE = width, runs_per_table
         distinct, of = G.or_distinct_by_bits(np.packbits(member, axis=1, bitorder="little"), pack_words(wide))
         by_pairs = G.or_rows_by_pairs(key, source, pack_words(wide), n_keys)
     finally:
-        G.WORDS_PER_SLICE = old
+        G.WORDS_PER_SLICE, G.RUNS_PER_TABLE = old
     want_wide = (member[:, :, None] & wide[None, :, :]).any(axis=1)
     np.testing.assert_array_equal(unpack_words(distinct, wide.shape[1])[of], want_wide)
     np.testing.assert_array_equal(unpack_words(by_pairs, wide.shape[1]), want_wide)
