@@ -47,6 +47,7 @@ from vecsched.core.groups import (
     or_by_segments,
     or_rows_by_pairs,
     bit_sums,
+    bit_summer,
     holders,
     or_by_lists,
     or_distinct_by_bits,
@@ -62,8 +63,8 @@ from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
-# Words of packed eligible workers summed per bit_sums call by the shared groups (8 MB).
-SUM_BLOCK_WORDS = 1 << 20
+# Words of packed eligible workers formed and summed per block by the shared groups (1 MB).
+SUM_BLOCK_WORDS = 1 << 17
 # Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
 DENSE_TABLE_BYTES = 1 << 27
 # or_rows_dense pays about this many word ORs per run of eight sources (its Python step per
@@ -466,6 +467,7 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
     set_code = row_codes(sets.worker_words)[0]
     flag_code = [row_codes(words)[0] for words in flag_words]
     step = max(1, SUM_BLOCK_WORDS // max(sets.worker_words.shape[1], 1))
+    summer = bit_summer(w_values, flag_words.shape[2])  # planes and byte tables formed once
 
     def sums(some: np.ndarray, variant: int) -> np.ndarray:
         # Groups of alike (overlap row, flag row) pairs have alike eligible workers: each pair's
@@ -478,7 +480,7 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
             at = some[pair_first[a : a + step]]
             words = groups.words(at, np.full(len(at), variant))
             codes, first = row_codes(words)
-            out[a : a + step] = bit_sums(words[first], w_values)[codes]
+            out[a : a + step] = summer(words[first])[codes]
         return out[pair]
 
     # Variant 1 (the speed gate too) is variant 0 where no speed gate applies (image).

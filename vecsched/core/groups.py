@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -445,21 +446,36 @@ def bit_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
     columns read, per byte of a row, a table of the 256 subset sums of its
     eight bits' values: one lookup per eight bits instead of a multiply-add
     per bit. Sums of integers stay exact in float64 below 2**53; other sums
-    differ from a sequential sum by rounding only.
+    differ from a sequential sum by rounding only. :func:`bit_summer` forms
+    the planes and tables once for many blocks of rows.
     """
-    n_rows, n_words = words.shape
-    n_bits, k = values.shape
-    out = np.zeros((n_rows, k))
-    if n_rows == 0 or n_words == 0:
-        return out
-    out[:, 0] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+    return bit_summer(values, words.shape[1])(words)
+
+
+def bit_summer(values: np.ndarray, n_words: int) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`bit_sums` with ``values`` fixed, for rows of ``n_words`` words: planes and byte tables formed once.
+
+    A row's sums depend on that row alone (summed in the same order whatever
+    the rows beside it), so blocks of rows may be summed apart.
+    """
+    k = values.shape[1]
     planed = [j for j in range(1, k) if _small_integers(values[:, j])]
-    for j in planed:
-        out[:, j] = _plane_sums(words, values[:, j].astype(np.int64))
+    planes = {j: _planes(values[:, j].astype(np.int64), n_words) for j in planed}
     tabled = [j for j in range(1, k) if j not in planed]
-    if tabled:
-        out[:, tabled] = _table_sums(words, values[:, tabled])
-    return out
+    tables = byte_subset_sums(values[:, tabled].T, n_words * 8) if tabled else None
+
+    def sums(words: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(words), k))
+        if len(words) == 0 or n_words == 0:
+            return out
+        out[:, 0] = np.bitwise_count(words).sum(axis=1, dtype=np.int64)
+        for j in planed:
+            out[:, j] = _plane_sums(words, planes[j])
+        if tabled:
+            out[:, tabled] = _table_sums(words, tables)
+        return out
+
+    return sums
 
 
 def _small_integers(column: np.ndarray) -> bool:
@@ -468,19 +484,30 @@ def _small_integers(column: np.ndarray) -> bool:
         (column >= 0).all() and (column < 2**PLANE_BITS).all() and (column == np.floor(column)).all()))
 
 
-def _plane_sums(words: np.ndarray, column: np.ndarray) -> np.ndarray:
-    """Sum of ``column`` over each row's set bits, plane by plane (``column``: small non-negative integers)."""
-    n_rows, n_words = words.shape
-    out = np.zeros(n_rows, dtype=np.int64)
-    planes = [np.zeros(n_words, dtype=np.uint64)]
+def _planes(column: np.ndarray, n_words: int) -> list[np.ndarray]:
+    """The bit planes of ``column`` (small non-negative integers), each packed to ``n_words`` words."""
+    planes = []
     for p in range(int(column.max(initial=0)).bit_length()):
         plane = pack_words(((column >> p) & 1).astype(bool)[None, :])[0]
         planes.append(np.zeros(n_words, dtype=np.uint64))
         planes[-1][: len(plane)] = plane[:n_words]
-    step = max(1, (1 << 20) // n_words)
+    return planes
+
+
+# bit_sums' temporaries hold this many elements (512 KB of intp or float64): kept in cache and
+# reused by the allocator, where blocks of 2**20 elements each took fresh pages (page faults were
+# a third of bit_sums' CPU time at 2,000 x 50,000).
+SUM_ELEMENTS = 1 << 16
+
+
+def _plane_sums(words: np.ndarray, planes: list[np.ndarray]) -> np.ndarray:
+    """Sum of a column over each row's set bits, from the column's bit planes (:func:`_planes`)."""
+    n_rows, n_words = words.shape
+    out = np.zeros(n_rows, dtype=np.int64)
+    step = max(1, SUM_ELEMENTS // n_words)
     for a in range(0, n_rows, step):
         block = words[a : a + step]
-        for p, plane in enumerate(planes[1:]):
+        for p, plane in enumerate(planes):
             out[a : a + step] += np.bitwise_count(block & plane).sum(axis=1, dtype=np.int64) << p
     return out
 
@@ -509,16 +536,15 @@ def byte_subset_sums(weights: np.ndarray, n_bytes: int | None = None) -> np.ndar
     return table.reshape(k, -1)
 
 
-def _table_sums(words: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Sum of each column of ``values`` over each row's set bits, by per-byte tables of subset sums."""
+def _table_sums(words: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Sum of each column over each row's set bits, by the per-byte tables ``flat`` (:func:`byte_subset_sums`)."""
     n_rows, n_words = words.shape
-    k = values.shape[1]
+    k = flat.shape[0]
     out = np.zeros((n_rows, k))
     n_bytes = n_words * 8
-    flat = byte_subset_sums(values.T, n_bytes)
     offset = (np.arange(n_bytes, dtype=np.intp) * 256)[None, :]  # intp: take converts any other index first
     as_bytes = words.view(np.uint8)
-    step = max(1, (1 << 20) // n_bytes)
+    step = max(1, SUM_ELEMENTS // n_bytes)
     for a in range(0, n_rows, step):
         index = as_bytes[a : a + step] + offset
         for j in range(k):
