@@ -287,3 +287,28 @@ def test_stacked_rows_code_any_positions_as_row_codes_does(parts, picks, collide
     want_codes, want_first = groups.row_codes(stacked[at])
     np.testing.assert_array_equal(codes, want_codes)
     np.testing.assert_array_equal(first, want_first)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=150), min_size=1, max_size=12),
+    st.integers(0, 2**32), st.integers(1, 5), st.sampled_from([1, 7, 1 << 16]),
+)
+def test_bit_summer_sums_each_row_alike_in_any_block(rows, seed, block_rows, sum_elements):
+    # Rows summed a block at a time, with temporaries of a few elements, read exactly what
+    # bit_sums gives all rows at once: a row's float sum depends on that row alone.
+    import vecsched.core.groups as G
+
+    width = min(len(r) for r in rows)
+    words = pack_words(np.array([r[:width] for r in rows], dtype=bool))
+    rng = np.random.default_rng(seed)
+    values = np.stack([np.ones(width), rng.integers(1, 9, width).astype(float), rng.random(width) * 100], axis=1)
+    whole = bit_sums(words, values)
+    old = G.SUM_ELEMENTS
+    try:
+        G.SUM_ELEMENTS = sum_elements
+        summer = G.bit_summer(values, words.shape[1])
+        blocks = np.concatenate([summer(words[a : a + block_rows]) for a in range(0, len(words), block_rows)])
+    finally:
+        G.SUM_ELEMENTS = old
+    np.testing.assert_array_equal(blocks, whole)
