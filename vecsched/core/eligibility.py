@@ -705,10 +705,12 @@ def _special_block(
         other[row_of[ok], ex_local[ok]] = False
     if flags.speed_ok.all():  # no speed gate (image)
         return other
-    fast = other & np.take(flags.speed_ok[flags.r_flags[reqs]], w_flags, axis=1)
+    fast = np.take(flags.speed_ok[flags.r_flags[reqs]], w_flags, axis=1)
+    fast &= other
     # A chat request keeps to fast workers unless none passes its other gates.
-    use_fast = ~cols.chat[reqs] | fast.any(axis=1)
-    return np.where(use_fast[:, None], fast, other)
+    slow = np.flatnonzero(cols.chat[reqs] & ~fast.any(axis=1))
+    fast[slow] = other[slow]
+    return fast
 
 
 # -- step 7: what each row's eligible workers could take ----------------------------------
