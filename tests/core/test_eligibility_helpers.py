@@ -12,13 +12,20 @@ from vecsched.testing.strategies import keyed_rows
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 4), st.randoms(use_true_random=False))
-def test_classes_present_lists_each_class_among_each_groups_workers_once(n_groups, n_columns, n_class, rnd):
+@given(st.integers(1, 6), st.integers(1, 9), st.integers(1, 4), st.randoms(use_true_random=False),
+       st.sampled_from([1, 2, 8]))
+def test_classes_present_lists_each_class_among_each_groups_workers_once(n_groups, n_columns, n_class, rnd, few):
+    import vecsched.core.eligibility as E
+
     final = np.array([[rnd.random() < 0.4 for _ in range(n_columns)] for _ in range(n_groups)], dtype=bool)
     groups = np.array(rnd.sample(range(20), n_groups))
     column_class = np.array([rnd.randrange(n_class) for _ in range(n_columns)])
     want = sorted({int(groups[g] * n_class + column_class[w]) for g in range(n_groups) for w in range(n_columns) if final[g, w]})
-    got = _classes_present(final, groups, column_class, n_class)
+    old, E.FEW_MEMBERS = E.FEW_MEMBERS, few  # 1, 2: classes past the first members take the reduction
+    try:
+        got = _classes_present(final, groups, column_class, n_class)
+    finally:
+        E.FEW_MEMBERS = old
     assert sorted(got.tolist()) == want
     assert len(got) == len(want)
 
