@@ -99,3 +99,21 @@ def _kept_blocks(E, batch, gentype, mine):
     excluded = _excluded_among(batch, mine)
     special = E._special_groups(wk, rq, cols, shared.group_of, excluded, False)
     return E._special_sums(wk, rq, cols, sets, flags, special, excluded, shared.w_values, keep_workers=True).blocks
+
+
+def test_shared_sums_by_pairs_in_small_blocks_equal_those_of_one_block(monkeypatch):
+    """Groups summed per (overlap row, flag row) pair a few words at a time give every figure bit for bit."""
+    import vecsched.core.eligibility as E
+    import vecsched.core.estimate as estimate_module
+    from vecsched.snapshot.schema import IMAGE, TEXT
+    from vecsched.synthetic import horde
+
+    batch = estimate_module._prepare(horde(workers=120, requests=1500, seed=5))
+    for gentype in (TEXT, IMAGE):
+        mine = np.flatnonzero(batch.queue.gentype == gentype)
+        whole = estimate_module._eligibility(batch, gentype, mine, False)
+        monkeypatch.setattr(E, "SUM_BLOCK_WORDS", 3)  # a group or so per block: the pair path
+        blocks = estimate_module._eligibility(batch, gentype, mine, False)
+        monkeypatch.undo()
+        for name in ("workers", "threads", "throughput", "row"):
+            np.testing.assert_array_equal(getattr(blocks, name), getattr(whole, name))

@@ -33,7 +33,7 @@ competition, the takes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Callable
 
 import numpy as np
@@ -464,8 +464,14 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
     groups = SharedGroups(group_of, g_set, g_flags, np.zeros(0, bool), np.zeros((0, 3)), w_values, flag_words, sets.worker_words)
 
     # Request sets overlapping the same workers, and flag rows passing the same workers, coded alike.
-    set_code = row_codes(sets.worker_words)[0]
-    flag_code = [row_codes(words)[0] for words in flag_words]
+    @cache
+    def set_code() -> np.ndarray:
+        return row_codes(sets.worker_words)[0]
+
+    @cache
+    def flag_code(variant: int) -> np.ndarray:
+        return row_codes(flag_words[variant])[0]
+
     step = max(1, SUM_BLOCK_WORDS // max(sets.worker_words.shape[1], 1))
     summer = bit_summer(w_values, flag_words.shape[2])  # planes and byte tables formed once
 
@@ -473,8 +479,11 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
         # Groups of alike (overlap row, flag row) pairs have alike eligible workers: each pair's
         # workers are packed once, a block of pairs at a time (no (groups, words) temporary: at
         # 1M it cost more in page faults than the sums it saved), and alike rows of a block
-        # (pairs whose flags pass the same workers) are summed once.
-        pair, pair_first = factorize_rows(set_code[g_set[some]], flag_code[variant][g_flags[some]])
+        # (pairs whose flags pass the same workers) are summed once. Groups that fit one block
+        # skip the pairs: the block's alike rows are found anyway.
+        pair, pair_first = np.arange(len(some)), np.arange(len(some))
+        if len(some) > step:
+            pair, pair_first = factorize_rows(set_code()[g_set[some]], flag_code(variant)[g_flags[some]])
         out = np.empty((len(pair_first), 3))
         for a in range(0, len(pair_first), step):
             at = some[pair_first[a : a + step]]
