@@ -272,12 +272,11 @@ def or_rows_by_pairs(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_ke
 def or_rows_dense(key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int) -> np.ndarray:
     """``out[k]`` = OR of ``rows[source[i]]`` over the pairs ``i`` with ``key[i] == k``, eight sources at a time.
 
-    Sources are taken in runs of eight. Where a run serves many pairs, the 256
-    ORs of its eight rows are tabulated once and each key using the run ORs in
-    one table row; elsewhere each of the eight rows is ORed into the keys
-    using it. Cost: per run, the cheaper of (256 + keys using it) and (its
-    pairs) rows of words; pairs may repeat. Keys using the same sources are
-    answered once. Memory: (sources / 8, keys) bytes, twice.
+    Sources are taken in runs of eight: the 256 ORs of a run's eight rows are
+    tabulated once and each key using the run ORs in one table row
+    (:func:`or_distinct_by_bits`). Cost: per run, 256 + (keys using it) rows
+    of words; pairs may repeat. Keys using the same sources are answered
+    once. Memory: (sources / 8, keys) bytes, twice.
 
     Examples
     --------
