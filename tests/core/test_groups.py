@@ -224,21 +224,21 @@ def test_transpose_words_packs_the_transposed_bits(n_rows, n_cols, seed):
 
 
 @settings(max_examples=100)
-@given(keyed_rows(), st.integers(1, 2))
-def test_or_rows_agree_when_rows_are_ored_a_slice_of_words_at_a_time(case, width):
+@given(keyed_rows(), st.integers(1, 2), st.sampled_from([1, 2, 64]))
+def test_or_rows_agree_when_rows_are_ored_a_slice_of_words_at_a_time(case, width, runs_per_table):
     import vecsched.core.groups as G
 
     matrix, key, source, n_keys, want = case
     wide = np.concatenate([matrix, ~matrix, matrix], axis=1)  # three or more words per row
     member = np.zeros((n_keys, len(matrix)), dtype=bool)
     member[key, source] = True
-    old = G.WORDS_PER_SLICE
-    try:
-        G.WORDS_PER_SLICE = width
+    old = G.WORDS_PER_SLICE, G.RUNS_PER_TABLE
+    try:  # slices of a word or two; a table per run, per two runs, or one for every run
+        G.WORDS_PER_SLICE, G.RUNS_PER_TABLE = width, runs_per_table
         distinct, of = G.or_distinct_by_bits(np.packbits(member, axis=1, bitorder="little"), pack_words(wide))
         by_pairs = G.or_rows_by_pairs(key, source, pack_words(wide), n_keys)
     finally:
-        G.WORDS_PER_SLICE = old
+        G.WORDS_PER_SLICE, G.RUNS_PER_TABLE = old
     want_wide = (member[:, :, None] & wide[None, :, :]).any(axis=1)
     np.testing.assert_array_equal(unpack_words(distinct, wide.shape[1])[of], want_wide)
     np.testing.assert_array_equal(unpack_words(by_pairs, wide.shape[1]), want_wide)
@@ -274,3 +274,54 @@ def test_byte_subset_sums_in_int64_are_exact_where_float64_rounds():
     assert int(table[0, 0b11100000]) == 2**60 + 1 + 3 + 2**59 + 5
     np.testing.assert_array_equal(byte_subset_sums(weights % 1000, dtype=np.int64),
                                   byte_subset_sums((weights % 1000).astype(float)).astype(np.int64))
+
+
+
+@settings(max_examples=100)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=6), min_size=1, max_size=4),
+       st.lists(st.integers(0, 10**6), max_size=20), st.booleans(), st.integers(1, 3))
+def test_stacked_rows_code_any_positions_as_row_codes_does(parts, picks, collide, compare_words):
+    import vecsched.core.groups as groups
+
+    arrays = [np.array(p, dtype=np.uint64).reshape(-1, 2) << np.uint64(62) for p in parts]
+    stacked = np.concatenate(arrays)
+    old = groups._row_hashes, groups.COMPARE_WORDS
+    try:
+        groups.COMPARE_WORDS = compare_words  # compared a row or two at a time
+        if collide:  # every row hashed alike: the exact fallback
+            groups._row_hashes = lambda w: [np.zeros(len(w), np.int64)]
+        stack = groups.StackedRows.of(arrays[:1]).extended(arrays[1:])  # grown part by part
+        at = np.array([p % len(stacked) for p in picks] if len(stacked) else [], dtype=np.int64)
+        codes, first = stack.codes(at)
+    finally:
+        groups._row_hashes, groups.COMPARE_WORDS = old
+    assert len(stack) == len(stacked)
+    np.testing.assert_array_equal(stack.take(at), stacked[at])
+    want_codes, want_first = groups.row_codes(stacked[at])
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(first, want_first)
+
+
+@settings(max_examples=100)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=1, max_size=150), min_size=1, max_size=12),
+    st.integers(0, 2**32), st.integers(1, 5), st.sampled_from([1, 7, 1 << 16]),
+)
+def test_bit_summer_sums_each_row_alike_in_any_block(rows, seed, block_rows, sum_elements):
+    # Rows summed a block at a time, with temporaries of a few elements, read exactly what
+    # bit_sums gives all rows at once: a row's float sum depends on that row alone.
+    import vecsched.core.groups as G
+
+    width = min(len(r) for r in rows)
+    words = pack_words(np.array([r[:width] for r in rows], dtype=bool))
+    rng = np.random.default_rng(seed)
+    values = np.stack([np.ones(width), rng.integers(1, 9, width).astype(float), rng.random(width) * 100], axis=1)
+    whole = bit_sums(words, values)
+    old = G.SUM_ELEMENTS
+    try:
+        G.SUM_ELEMENTS = sum_elements
+        summer = G.bit_summer(values, words.shape[1])
+        blocks = np.concatenate([summer(words[a : a + block_rows]) for a in range(0, len(words), block_rows)])
+    finally:
+        G.SUM_ELEMENTS = old
+    np.testing.assert_array_equal(blocks, whole)

@@ -33,7 +33,7 @@ competition, the takes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Callable
 
 import numpy as np
@@ -42,11 +42,12 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, WorkerArrays
 from vecsched.snapshot.schema import CHAT_NONE, CHAT_ONLY, IMAGE, TEXT
 from vecsched.core.groups import (
-    distinct_stacked_rows,
+    StackedRows,
     factorize_rows,
     or_by_segments,
     or_rows_by_pairs,
     bit_sums,
+    bit_summer,
     holders,
     or_by_lists,
     or_distinct_by_bits,
@@ -62,6 +63,8 @@ from vecsched.snapshot.lists import ListColumn
 
 # Elements per temporary block; bounds peak memory whatever the horde's size.
 BLOCK_ELEMENTS = 1 << 23
+# Words of packed eligible workers formed and summed per block by the shared groups (1 MB).
+SUM_BLOCK_WORDS = 1 << 17
 # Largest (sources / 8, keys) byte table the eight-at-a-time OR may use.
 DENSE_TABLE_BYTES = 1 << 27
 # or_rows_dense pays about this many word ORs per run of eight sources (its Python step per
@@ -217,7 +220,7 @@ def eligibility(
         n_special=special.n,
         n_declarations=len(factorize_rows(sets.w_set, flags.w_flags)[1]),
         competition=takes,
-        eligible_workers=found.workers if every_request_special else None,
+        eligible_workers=found.workers(np.arange(special.n)) if every_request_special else None,
         worker_rows=cols.worker_rows,
         row_words=_row_words(wk, rq, cols, sets, flags, shared, special, excluded, found),
     )
@@ -460,12 +463,34 @@ def _shared_groups(wk: WorkerArrays, cols: GateColumns, sets: ModelSets, flags: 
     flag_words = np.stack([_packed_columns(t, flags.w_flags) for t in (flags.passes_base, flags.fast_base)])
     groups = SharedGroups(group_of, g_set, g_flags, np.zeros(0, bool), np.zeros((0, 3)), w_values, flag_words, sets.worker_words)
 
+    # Request sets overlapping the same workers, and flag rows passing the same workers, coded alike.
+    @cache
+    def set_code() -> np.ndarray:
+        return row_codes(sets.worker_words)[0]
+
+    @cache
+    def flag_code(variant: int) -> np.ndarray:
+        return row_codes(flag_words[variant])[0]
+
+    step = max(1, SUM_BLOCK_WORDS // max(sets.worker_words.shape[1], 1))
+    summer = bit_summer(w_values, flag_words.shape[2])  # planes and byte tables formed once
+
     def sums(some: np.ndarray, variant: int) -> np.ndarray:
-        # The eligible workers of each group, packed; alike rows (groups whose
-        # flags pass the same workers) are summed once.
-        words = groups.words(some, np.full(len(some), variant))
-        codes, first = row_codes(words)
-        return bit_sums(words[first], w_values)[codes]
+        # Groups of alike (overlap row, flag row) pairs have alike eligible workers: each pair's
+        # workers are packed once, a block of pairs at a time (no (groups, words) temporary: at
+        # 1M it cost more in page faults than the sums it saved), and alike rows of a block
+        # (pairs whose flags pass the same workers) are summed once. Groups that fit one block
+        # skip the pairs: the block's alike rows are found anyway.
+        pair, pair_first = np.arange(len(some)), np.arange(len(some))
+        if len(some) > step:
+            pair, pair_first = factorize_rows(set_code()[g_set[some]], flag_code(variant)[g_flags[some]])
+        out = np.empty((len(pair_first), 3))
+        for a in range(0, len(pair_first), step):
+            at = some[pair_first[a : a + step]]
+            words = groups.words(at, np.full(len(at), variant))
+            codes, first = row_codes(words)
+            out[a : a + step] = summer(words[first])[codes]
+        return out[pair]
 
     # Variant 1 (the speed gate too) is variant 0 where no speed gate applies (image).
     g_sums = sums(np.arange(groups.n), 1)
@@ -536,23 +561,49 @@ def _special_groups(
 
 @dataclass(frozen=True)
 class SpecialSums:
-    """Per special group: the sums over its eligible workers and, on request, those workers."""
+    """Per special group: the sums over its eligible workers and, on request, those workers.
+
+    The workers are kept as the blocks evaluated them (a block's groups over
+    the worker columns read for them), not spread over a (groups, usable
+    workers) matrix: at 20,000 x 1,000,000 that matrix took 350 MB of pages
+    written once and read back once.
+    """
 
     sums: np.ndarray  # (special groups, 3)
-    workers: np.ndarray | None  # (special groups, usable workers) with every_request_special
-    blocks: list[tuple[np.ndarray, np.ndarray]]  # (groups, the worker columns read for them)
+    # With keep_workers: (groups, the worker columns read for them, final[groups, columns]) per block.
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    n_workers: int  # usable workers of the gentype
+    kept: bool  # keep_workers: blocks holds every group's workers
 
     def present(self, w_class: np.ndarray, n_class: int) -> np.ndarray:
         """``group * n_class + class`` for each take class among each group's eligible workers.
 
-        Read from the kept workers a block at a time, over the columns the
-        block was evaluated on; only takeable rows need it, so it waits for them.
+        Read from the kept blocks, over the columns each was evaluated on; only
+        takeable rows need it, so it waits for them.
         """
         parts = [np.zeros(0, dtype=np.int64)]
-        for groups, columns in self.blocks:
-            final = self.workers[groups] if len(columns) == self.workers.shape[1] else self.workers[np.ix_(groups, columns)]
-            parts.append(_classes_present(final, groups, w_class[columns], n_class))
+        for groups, columns, final in self.blocks:
+            if len(columns):
+                parts.append(_classes_present(final, groups, w_class[columns], n_class))
         return np.concatenate(parts)
+
+    def workers(self, groups: np.ndarray) -> np.ndarray:
+        """``out[i, w]``: usable worker ``w`` is eligible for special group ``groups[i]`` (kept blocks only)."""
+        out = np.zeros((len(groups), self.n_workers), dtype=bool)
+        block_of = np.full(len(self.sums), -1, dtype=np.int64)
+        row_in_block = np.zeros(len(self.sums), dtype=np.int64)
+        for b, (some, _, _) in enumerate(self.blocks):
+            block_of[some], row_in_block[some] = b, np.arange(len(some))
+        block = block_of[groups]
+        for b in np.unique(block[block >= 0]):  # a few blocks, each a bounded number of groups
+            at = np.flatnonzero(block == b)
+            _, columns, final = self.blocks[b]
+            rows = final[row_in_block[groups[at]]]
+            if len(columns) == self.n_workers:
+                out[at] = rows
+            else:
+                out[np.ix_(at, columns)] = rows
+        return out
 
 
 def _special_sums(
@@ -569,8 +620,7 @@ def _special_sums(
     """The sums of each special group, evaluated a block of groups at a time."""
     nw, n_special = len(cols.worker_rows), special.n
     sums = np.zeros((n_special, 3))
-    workers = np.zeros((n_special, nw), dtype=bool) if keep_workers else None
-    blocks: list[tuple[np.ndarray, np.ndarray]] = []
+    blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     if n_special and nw:
         step = max(1, BLOCK_ELEMENTS // nw)
         reps = special.representative
@@ -599,22 +649,39 @@ def _special_sums(
                 final = _special_block(wk, rq, cols, sets, flags, special, excluded, local, reqs, columns)
                 local[cols.worker_rows[columns]] = -1
                 sums[sg] = bit_sums(pack_words(final), w_values[columns])
-                if workers is not None and len(columns) == nw:
-                    workers[sg] = final
-                elif workers is not None:
-                    workers[np.ix_(sg, columns)] = final
-                if workers is not None and len(columns):
-                    blocks.append((sg, columns))
-    return SpecialSums(sums, workers, blocks)
+                if keep_workers:
+                    blocks.append((sg, columns, final))
+    return SpecialSums(sums, blocks, nw, keep_workers)
 
 
 def _classes_present(final: np.ndarray, groups: np.ndarray, column_class: np.ndarray, n_class: int) -> np.ndarray:
-    """``group * n_class + class`` for each take class among each group's eligible workers (``final`` rows)."""
+    """``group * n_class + class`` for each take class among each group's eligible workers (``final`` rows).
+
+    Most classes have a worker or two: the j-th worker of every class having
+    one is ORed in as a column gather, for the first :data:`FEW_MEMBERS`; the
+    rest of larger classes by one OR reduction over their runs of columns
+    (a reduction over every class's run cost 1.5-2x more: one run per class).
+    """
     by_class = np.argsort(column_class, kind="stable")
     sorted_class = column_class[by_class]
     starts = np.flatnonzero(np.r_[True, sorted_class[1:] != sorted_class[:-1]])
-    group, klass = np.nonzero(np.logical_or.reduceat(np.take(final, by_class, axis=1), starts, axis=1))
+    sizes = np.diff(np.r_[starts, len(by_class)])
+    present = np.take(final, by_class[starts], axis=1)
+    for j in range(1, min(int(sizes.max()), FEW_MEMBERS)):
+        having = np.flatnonzero(sizes > j)
+        present[:, having] |= np.take(final, by_class[starts[having] + j], axis=1)
+    large = np.flatnonzero(sizes > FEW_MEMBERS)
+    if len(large):  # members past the first FEW_MEMBERS, class by class in runs
+        rest = np.repeat(starts[large] + FEW_MEMBERS - np.r_[0, np.cumsum(sizes[large] - FEW_MEMBERS)[:-1]], sizes[large] - FEW_MEMBERS)
+        columns = by_class[np.arange(len(rest)) + rest]
+        runs = np.r_[0, np.cumsum(sizes[large] - FEW_MEMBERS)[:-1]]
+        present[:, large] |= np.logical_or.reduceat(np.take(final, columns, axis=1), runs, axis=1)
+    group, klass = np.nonzero(present)
     return groups[group] * n_class + sorted_class[starts][klass]
+
+
+# _classes_present ORs this many first workers of each class column by column.
+FEW_MEMBERS = 8
 
 
 def _special_block(
@@ -668,10 +735,12 @@ def _special_block(
         other[row_of[ok], ex_local[ok]] = False
     if flags.speed_ok.all():  # no speed gate (image)
         return other
-    fast = other & np.take(flags.speed_ok[flags.r_flags[reqs]], w_flags, axis=1)
+    fast = np.take(flags.speed_ok[flags.r_flags[reqs]], w_flags, axis=1)
+    fast &= other
     # A chat request keeps to fast workers unless none passes its other gates.
-    use_fast = ~cols.chat[reqs] | fast.any(axis=1)
-    return np.where(use_fast[:, None], fast, other)
+    slow = np.flatnonzero(cols.chat[reqs] & ~fast.any(axis=1))
+    fast[slow] = other[slow]
+    return fast
 
 
 # -- step 7: what each row's eligible workers could take ----------------------------------
@@ -697,22 +766,23 @@ def _takes(
     def rows_for(tables: TakeTables, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w_class, class_first = tables.worker_class, tables.class_first
         n_class, n_special = len(class_first), len(found.sums)
-        nothing = (np.zeros((1, class_rows.shape[1]), dtype=np.uint64), np.zeros(shared.n + n_special, np.int64))
-        shared_rows, special_rows = nothing[0], nothing[0]
-        shared_of, special_of = nothing[1][: shared.n], nothing[1][shared.n :]
+        zero = np.zeros((1, class_rows.shape[1]), dtype=np.uint64)
+        # The shared rows are stack.take(shared_first) (distinct), never copied out before the end.
+        stack, shared_first, shared_of = StackedRows.of([zero]), np.zeros(1, np.int64), np.zeros(shared.n, np.int64)
+        special_rows, special_of = zero, np.zeros(n_special, np.int64)
         if shared.n and n_class:
-            shared_rows, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
+            stack, shared_first, shared_of = _shared_takeable(wk, cols, sets, flags, shared, w_class, class_first, class_rows)
         pair = found.present(w_class, n_class) if n_special and n_class else np.zeros(0, np.int64)
         if len(pair):  # (special group, class), deduplicated per block
             special_rows, special_of = _or_rows_by_key(pair // n_class, pair % n_class, class_rows, n_special)
         # Special rows often equal shared ones: one code over both. Codes are numbered by first
         # appearance over the shared rows, then each special group's row: competition's classes
         # follow this order, and its cost depends on it (measured: 1.5x at 50k in another order).
-        distinct, codes = distinct_stacked_rows([shared_rows, special_rows])
-        appearance = np.r_[codes[: len(shared_rows)], codes[len(shared_rows) + special_of]]
-        code, first = factorize_rows(appearance)
-        ordered = distinct[appearance[first]]
-        return ordered, code[np.r_[shared_of, len(shared_rows) + np.arange(len(special_of))]]
+        n_before = len(stack)
+        stack = stack.extended([special_rows])
+        appearance = np.r_[shared_first, n_before + special_of]
+        code, first = stack.codes(appearance)
+        return stack.take(appearance[first]), code[np.r_[shared_of, len(shared_first) + np.arange(len(special_of))]]
 
     return Takes(form, rows_for)
 
@@ -744,8 +814,10 @@ def _shared_takeable(
     w_class: np.ndarray,
     class_first: np.ndarray,
     class_rows: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[StackedRows, np.ndarray, np.ndarray]:
     """Per shared group, the OR of the rows of the take classes among its eligible workers.
+
+    Returns ``(stack, first, of)`` as :func:`_or_combinations` does.
 
     present[g, c] = overlap[set of g, set of c] and some worker of class c
     passes g's flags. overlap(request set, class set) is an OR over the
@@ -773,19 +845,24 @@ def _shared_takeable(
     codes, k_code = np.unique(k_first, return_inverse=True)
     passing = np.packbits(flags_by_class[codes // n_rflags, :, codes % n_rflags], axis=1, bitorder="little")
     key_rows, key_row = _or_rows_by_key_bits(holding & passing[k_code.ravel()], class_rows)
-    key_code, distinct_first = row_codes(key_rows)  # keys of alike classes take alike
-    return _or_combinations(key_group, key_code[key_row[key_of_pair]], key_rows[distinct_first], n_group)
+    stack = StackedRows.of([key_rows])
+    key_code, distinct_first = stack.codes(np.arange(len(key_rows)))  # keys of alike classes take alike
+    return _or_combinations(key_group, key_code[key_row[key_of_pair]], stack, distinct_first, n_group)
 
 
 def _or_combinations(
-    key: np.ndarray, source: np.ndarray, rows: np.ndarray, n_keys: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(distinct, of)`` with ``distinct[of[k]]`` the OR of ``rows[source[i]]`` over the pairs with ``key[i] == k``.
+    key: np.ndarray, source: np.ndarray, stack: StackedRows, rows_at: np.ndarray, n_keys: int
+) -> tuple[StackedRows, np.ndarray, np.ndarray]:
+    """``(stack, first, of)``: key ``k``'s OR of the rows its pairs name is row ``of[k]`` of ``stack.take(first)``.
 
+    Source ``s`` names the row ``stack.take(rows_at[s])`` (``stack``: one part).
     A key of one source reads that row as it is (most groups name one model);
-    keys of several sources are ORed once per distinct set of sources.
+    keys of several sources are ORed once per distinct set of sources. The
+    rows of ``stack.take(first)`` are distinct, numbered by first appearance
+    over the named rows, the zero row and the ORs; the returned stack holds
+    the ORs too, and no row is copied but those ORed.
     """
-    n_rows = len(rows)
+    n_rows = len(rows_at)
     _, pair_first = factorize_rows(key, source)
     key, source = key[pair_first], source[pair_first]  # repeats dropped
     n_sources = np.bincount(key, minlength=n_keys)
@@ -802,10 +879,15 @@ def _or_combinations(
     is_first = np.zeros(len(multi), dtype=bool)
     is_first[combination_first] = True
     keep = is_first[pair_owner]  # the pairs of one key per combination
-    ored = or_rows_by_pairs(combination[pair_owner[keep]], s_sorted[keep], rows, len(combination_first))
+    rows = stack.parts[0]
+    ored = or_rows_by_pairs(combination[pair_owner[keep]], rows_at[s_sorted[keep]], rows, len(combination_first))
     of[multi] = n_rows + 1 + combination
-    distinct, codes = distinct_stacked_rows([rows, np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
-    return distinct, codes[of]
+    n_stacked = len(stack)
+    stack = stack.extended([np.zeros((1, rows.shape[1]), dtype=rows.dtype), ored])
+    # Positions of the named rows, the zero row and the ORs, in that order.
+    listed = np.r_[rows_at, np.arange(n_stacked, len(stack))]
+    codes, first = stack.codes(listed)
+    return stack, listed[first], codes[of]
 
 
 def _model_class_bits(wk: WorkerArrays, cols: GateColumns, class_first: np.ndarray, k_model: np.ndarray) -> np.ndarray:
@@ -951,8 +1033,8 @@ def _row_words(
         for a in range(0, len(mine) if nw else 0, step):
             at = mine[a : a + step]
             group = rows[at] - shared.n
-            if found.workers is not None:
-                out[at] = pack_words(found.workers[group])
+            if found.kept:
+                out[at] = pack_words(found.workers(group))
             else:
                 reps = special.representative[group]
                 out[at] = pack_words(_special_block(wk, rq, cols, sets, flags, special, excluded, local, reps, np.arange(nw)))
