@@ -23,7 +23,7 @@ from vecsched.testing.strategies import stall_hordes
 
 EXAMPLES = max(500, int(os.environ.get("VECSCHED_EQUIVALENCE_EXAMPLES", "500")))
 TIE_BREAK = {"preceding_arrivals_not_outpacing_drain", "arrival_outpaces_drain"}
-# Hordes the generator drew (found with hypothesis.find) that reach the rarest evidence values. The
+# Hordes the generator drew (found with hypothesis.find) that reach the two rarest evidence values. The
 # derandomized draw reaches them alone, but not in every run of the whole suite (CI once drew no
 # preceding_arrivals_not_outpacing_drain in 500 examples), so they also run as explicit examples.
 REACH_EXAMPLES = json.loads((Path(__file__).parent / "stall_reach_examples.json").read_text())
