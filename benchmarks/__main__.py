@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .report import fit_exponent, series, spec_3_6
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 GiB = 1 << 30
@@ -220,55 +222,8 @@ def run_publish(requests: int, log=print, timeout_s: float = 600.0) -> dict[str,
 
 
 # ---------------------------------------------------------------------------------
-# Sweeps and fits
+# Sweeps (their fits are in report.py)
 # ---------------------------------------------------------------------------------
-
-
-def fit_exponent(x: list[float], y: list[float]) -> dict[str, float] | None:
-    """Slope of log(y) on log(x): over all points, over the upper half of them, and between the last two."""
-    pts = [(a, b) for a, b in zip(x, y) if a and b and b > 0 and np.isfinite(b)]
-    if len(pts) < 2:
-        return None
-    lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
-    slope = float(np.polyfit(lx, ly, 1)[0])
-    last = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))
-    # Fixed costs flatten the small end; the upper half says how the cost grows where it matters.
-    half = len(pts) // 2
-    upper = float(np.polyfit(lx[half:], ly[half:], 1)[0]) if len(pts) - half >= 2 else last
-    return {"exponent": slope, "upper_half_exponent": upper, "last_step_exponent": last, "points": len(pts)}
-
-
-def spec_3_6(point: dict[str, Any]) -> float | None:
-    """A measured point's SPEC 3-6 seconds (median over runs; older results: the sum of the stage medians)."""
-    from .report import STAGES
-
-    batch = point.get("batch") or {}
-    if "spec_3_6_s" in batch:
-        return float(batch["spec_3_6_s"])
-    stages = batch.get("stages_s") or {}
-    return float(sum(stages[s] for s in STAGES)) if all(s in stages for s in STAGES) else None
-
-
-def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
-    """The plotted/fitted quantities of a sweep, one list per quantity."""
-    def get(p: dict[str, Any], *path: str) -> float | None:
-        for key in path:
-            if not isinstance(p, dict) or key not in p:
-                return None
-            p = p[key]
-        return float(p)
-
-    out: dict[str, list[float | None]] = {
-        "batch": [get(p, "batch", "total_s") for p in points],
-        "spec_3_6": [spec_3_6(p) for p in points],
-        "floor": [get(p, "floor", "total") for p in points],
-        "dense": [get(p, "dense", "total_s") for p in points],
-        "per_request_path": [get(p, "per_request", "scaled_to_queue_s") for p in points],
-    }
-    stages = sorted({s for p in points for s in p.get("batch", {}).get("stages_s", {})})
-    for stage in stages:
-        out[f"stage:{stage}"] = [get(p, "batch", "stages_s", stage) for p in points]
-    return out
 
 
 def run_sweep(kind: str, plan: Plan, seed: int, log=print) -> dict[str, Any]:

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 GiB = 1 << 30
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # The stages of SPEC sections 3-6, the ones issue 14's targets time (might_stall and the forecasts are 7 and 8).
@@ -24,6 +26,51 @@ def _get(d: Any, *path: str) -> Any:
     return d
 
 
+def fit_exponent(x: list[float], y: list[float]) -> dict[str, float] | None:
+    """Slope of log(y) on log(x): over all points, over the upper half of them, and between the last two."""
+    pts = [(a, b) for a, b in zip(x, y) if a and b and b > 0 and np.isfinite(b)]
+    if len(pts) < 2:
+        return None
+    lx, ly = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    slope = float(np.polyfit(lx, ly, 1)[0])
+    last = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))
+    # Fixed costs flatten the small end; the upper half says how the cost grows where it matters.
+    half = len(pts) // 2
+    upper = float(np.polyfit(lx[half:], ly[half:], 1)[0]) if len(pts) - half >= 2 else last
+    return {"exponent": slope, "upper_half_exponent": upper, "last_step_exponent": last, "points": len(pts)}
+
+
+def spec_3_6(point: dict[str, Any]) -> float | None:
+    """A measured point's SPEC 3-6 seconds (median over runs; older results: the sum of the stage medians)."""
+    batch = point.get("batch") or {}
+    if "spec_3_6_s" in batch:
+        return float(batch["spec_3_6_s"])
+    stages = batch.get("stages_s") or {}
+    return float(sum(stages[s] for s in STAGES)) if all(s in stages for s in STAGES) else None
+
+
+def series(points: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """The plotted/fitted quantities of a sweep, one list per quantity."""
+    def get(p: dict[str, Any], *path: str) -> float | None:
+        for key in path:
+            if not isinstance(p, dict) or key not in p:
+                return None
+            p = p[key]
+        return float(p)
+
+    out: dict[str, list[float | None]] = {
+        "batch": [get(p, "batch", "total_s") for p in points],
+        "spec_3_6": [spec_3_6(p) for p in points],
+        "floor": [get(p, "floor", "total") for p in points],
+        "dense": [get(p, "dense", "total_s") for p in points],
+        "per_request_path": [get(p, "per_request", "scaled_to_queue_s") for p in points],
+    }
+    stages = sorted({s for p in points for s in p.get("batch", {}).get("stages_s", {})})
+    for stage in stages:
+        out[f"stage:{stage}"] = [get(p, "batch", "stages_s", stage) for p in points]
+    return out
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 14's targets, each with the measured value and whether it was met (None: not measured)."""
     sizes = results.get("sizes", {})
@@ -33,7 +80,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     def add(name: str, value: Any, goal: str, met: bool | None) -> None:
         out.append({"target": name, "measured": value, "goal": goal, "met": met})
 
-    from .__main__ import fit_exponent, series, spec_3_6
 
     if stress:
         t = spec_3_6(stress)
@@ -99,7 +145,6 @@ def far_from_floor(results: dict[str, Any]) -> list[str]:
                     f"{name} ({r['workers']:,} x {r['requests']:,}): stage {stage} takes {stages[stage]:.3g} s, "
                     f"{stages[stage] / floor:.0f}x the whole one-pass floor ({share:.0%} of the batch)"
                 )
-    from .__main__ import fit_exponent, series
 
     for kind, sweep in results.get("sweeps", {}).items():
         for key, ys in series(sweep["points"]).items():
@@ -126,7 +171,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .__main__ import fit_exponent, series
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 6.5))
     styles = {
@@ -252,7 +296,6 @@ def tables(results: dict[str, Any]) -> str:
         "| worker declarations | competition classes | signatures |",
         "|---|---|" + "---|" * (len(STAGES) + len(LATER_STAGES) + 9),
     ]
-    from .__main__ import spec_3_6
 
     for name, r in sizes.items():
         st = _get(r, "batch", "stages_s") or r.get("batch_cold_stages_s") or {}
@@ -301,7 +344,6 @@ def tables(results: dict[str, Any]) -> str:
         "snapshot) is not counted in its per-request time; it is in the JSON (`per_request.prepare_s`).",
     ]
     for kind, sweep in results.get("sweeps", {}).items():
-        from .__main__ import series
 
         data = series(sweep["points"])
         fixed = ", ".join(f"{k} = {v:,}" for k, v in sweep["fixed"].items())
@@ -325,7 +367,6 @@ def tables(results: dict[str, Any]) -> str:
                 f"{_gib(p.get('peak_rss_bytes') or p.get('sampled_peak_rss_bytes'))} |"
                 + (f" {p['stopped']}" if "stopped" in p else "")
             )
-        from .__main__ import fit_exponent
 
         fits = {key: fit_exponent(sweep["x"], ys) for key, ys in data.items()}
         row = lambda key: fits.get(key)  # noqa: E731

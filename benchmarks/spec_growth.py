@@ -16,7 +16,7 @@ it reads each input column once, so its own exponent says how much of the growth
 memory hierarchy adds to any pass over the data.
 
 Prints one JSON object: per size the SPEC 3-6 seconds, its stages and the floor, and the fitted
-exponents (``benchmarks.__main__.fit_exponent``: all points, upper half, last step) of each.
+exponents (``benchmarks.report.fit_exponent``: all points, upper half, last step) of each.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 
 if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.__main__ import fit_exponent  # noqa: E402
+from benchmarks.report import fit_exponent  # noqa: E402
 from benchmarks.floor import one_pass  # noqa: E402
 from benchmarks.spec_stages import spec_stages  # noqa: E402
 import vecsched.core.estimate as estimate_stages  # noqa: E402

@@ -11,7 +11,7 @@ synthetic horde, with five minutes of history (``vecsched.synthetic_history``) o
 they take turns, one estimate per turn after one cold estimate. Prints one JSON object: per tree and
 request count the median ``stall`` stage in wall seconds and in CPU seconds of the process (the
 machine is shared: CPU time is the steadier of the two), and per tree the exponents of log(stall) on
-log(requests) for both (``benchmarks.__main__.fit_exponent``: all points, upper half, last step).
+log(requests) for both (``benchmarks.report.fit_exponent``: all points, upper half, last step).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the checkout is the package root
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks.__main__ import fit_exponent  # noqa: E402
+from benchmarks.report import fit_exponent  # noqa: E402
 from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""

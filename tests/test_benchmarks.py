@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from benchmarks.__main__ import fit_exponent, run
+from benchmarks.__main__ import run
 from benchmarks.dense import compare, dense_estimate
 from benchmarks.floor import one_pass
-from benchmarks.report import STAGES as SPEC_STAGES, targets
+from benchmarks.report import STAGES as SPEC_STAGES, fit_exponent, targets
 
 import vecsched
 from vecsched.synthetic import horde
