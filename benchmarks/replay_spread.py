@@ -18,7 +18,6 @@ docs/replay.md, "Round 6", has the figures.
 
 from __future__ import annotations
 
-import argparse
 import pickle
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -26,6 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from benchmarks.stall_study import SETS, best_recall, signal, study_parser
 from vecsched.core import replay as RP
 from vecsched.core.forecasts import Forecast
 from vecsched.snapshot.schema import IMAGE
@@ -99,10 +99,6 @@ def run(scenario: str, minutes: float, seeds: Sequence[int], dump: str) -> None:
         pickle.dump(d, fh)
 
 
-SETS = {0: "0/11/23", 11: "0/11/23", 23: "0/11/23", 5: "5/17/29", 17: "5/17/29", 29: "5/17/29",
-        41: "41/53/67", 53: "41/53/67", 67: "41/53/67", 71: "71/83/97", 83: "71/83/97", 97: "71/83/97"}
-
-
 def frame(path: str) -> pd.DataFrame:
     """One row per image request with a first sighting: outcomes (stalled, observed start) and every future."""
     d = pickle.load(open(path, "rb"))
@@ -121,23 +117,6 @@ def frame(path: str) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["scenario"], out["set"] = d["scenario"], out.seed.map(SETS)
     return out
-
-
-def signal(predicted: np.ndarray, stalled: np.ndarray) -> tuple[float, float, float]:
-    """Precision, recall, false-positive rate."""
-    tp, fp = int((predicted & stalled).sum()), int((predicted & ~stalled).sum())
-    fn, tn = int((~predicted & stalled).sum()), int((~predicted & ~stalled).sum())
-    return tp / max(tp + fp, 1), tp / max(tp + fn, 1), fp / max(fp + tn, 1)
-
-
-def best_recall(score: np.ndarray, stalled: np.ndarray, fpr_max: float = 0.10) -> float:
-    """The best recall of ``score >= threshold`` over thresholds (between distinct scores) with FPR <= ``fpr_max``."""
-    order = np.argsort(-score, kind="stable")
-    s = score[order]
-    tp, fp = np.cumsum(stalled[order]), np.cumsum(~stalled[order])
-    cut = np.r_[s[1:] != s[:-1], True]  # a threshold takes every tie or none
-    ok = cut & (fp / max((~stalled).sum(), 1) <= fpr_max)
-    return float(tp[ok].max() / max(stalled.sum(), 1)) if ok.any() else 0.0
 
 
 def within(p50: np.ndarray, observed: np.ndarray) -> tuple[float, float]:
@@ -222,15 +201,7 @@ def _psig(pred: np.ndarray, stalled: np.ndarray) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.replay_spread")
-    sub = parser.add_subparsers(dest="command", required=True)
-    go = sub.add_parser("run")
-    go.add_argument("scenario")
-    go.add_argument("--minutes", type=float, default=10.0)
-    go.add_argument("--seed", type=int, action="append")
-    go.add_argument("--dump", required=True)
-    for name in ("rules", "roc"):
-        sub.add_parser(name).add_argument("dumps", nargs="+")
+    parser, _ = study_parser("python -m benchmarks.replay_spread", ["rules", "roc"])
     args = parser.parse_args(argv)
     if args.command == "run":
         run(args.scenario, args.minutes, args.seed or [0], args.dump)

@@ -16,7 +16,6 @@ checked against the replay's own flag at the default margin (``check``).
 
 from __future__ import annotations
 
-import argparse
 import pickle
 from dataclasses import replace
 from typing import Any, Sequence
@@ -24,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from benchmarks.stall_study import signal, study_parser
 from vecsched.core.replay import NAME, DispatchReplayV1, ReplaySettings
 
 VIEW = "plain-no-margin"
@@ -61,17 +61,6 @@ def flag(f: pd.DataFrame, margin: float) -> np.ndarray:
     return f.plain.to_numpy(bool) | near
 
 
-def signal(predicted: np.ndarray, stalled: np.ndarray) -> tuple[float, float, float]:
-    """Precision, recall, false-positive rate.
-
-    >>> signal(np.array([True, True, False, False]), np.array([True, False, True, False]))
-    (0.5, 0.5, 0.5)
-    """
-    tp, fp = int((predicted & stalled).sum()), int((predicted & ~stalled).sum())
-    fn, tn = int((~predicted & stalled).sum()), int((~predicted & ~stalled).sum())
-    return tp / max(tp + fp, 1), tp / max(tp + fn, 1), fp / max(fp + tn, 1)
-
-
 def distance(p: float, r: float, fpr: float) -> float:
     """Worst margin to the issue's bars (precision 60%, recall 80%, FPR 10%), in points; >= 0 passes."""
     return 100 * min(p - 0.6, r - 0.8, 0.1 - fpr)
@@ -94,15 +83,8 @@ def curve(paths: Sequence[str], margins: Sequence[float], default: float = 800.0
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.replay_stall_margin")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run")
-    run.add_argument("scenario")
-    run.add_argument("--minutes", type=float, default=10.0)
-    run.add_argument("--seed", type=int, action="append")
-    run.add_argument("--dump", required=True)
-    study = sub.add_parser("curve")
-    study.add_argument("dumps", nargs="+")
+    parser, studies = study_parser("python -m benchmarks.replay_stall_margin", ["curve"])
+    study = studies["curve"]
     study.add_argument("--margin", type=float, action="append")
     study.add_argument("--default", type=float, default=800.0, help="the margin the dumped replay ran with")
     args = parser.parse_args(argv)

@@ -18,7 +18,6 @@ figures.
 
 from __future__ import annotations
 
-import argparse
 import pickle
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -26,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from benchmarks.stall_study import SETS, best_recall, signal, study_parser
 from vecsched.core.replay import NAME, DispatchReplayV1
 from vecsched.snapshot.schema import IMAGE, TEXT
 
@@ -48,8 +48,6 @@ VIEWS: dict[str, Callable[[Any], Any]] = {
     "text-served": lambda s: DispatchReplayV1(name="text-served", settings=replace(s, served_arrivals=(TEXT, IMAGE))),
     "grace-90": lambda s: LaterDeadlines(name="grace-90", settings=s, grace=90.0),
 }
-SETS = {0: "0/11/23", 11: "0/11/23", 23: "0/11/23", 5: "5/17/29", 17: "5/17/29", 29: "5/17/29",
-        41: "41/53/67", 53: "41/53/67", 67: "41/53/67"}
 
 
 def first_forecasts(path: str) -> pd.DataFrame:
@@ -77,17 +75,6 @@ def _slack(start: float | None, left: float) -> float:
     return np.inf if start is None else start - left
 
 
-def signal(predicted: np.ndarray, stalled: np.ndarray) -> tuple[float, float, float]:
-    """Precision, recall, false-positive rate.
-
-    >>> signal(np.array([True, True, False, False]), np.array([True, False, True, False]))
-    (0.5, 0.5, 0.5)
-    """
-    tp, fp = int((predicted & stalled).sum()), int((predicted & ~stalled).sum())
-    fn, tn = int((~predicted & stalled).sum()), int((~predicted & ~stalled).sum())
-    return tp / max(tp + fp, 1), tp / max(tp + fn, 1), fp / max(fp + tn, 1)
-
-
 RULES: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
     "replay (as dumped)": lambda f: f.replay,
     "replay & no-served": lambda f: f.replay & f["no-served"],
@@ -97,20 +84,6 @@ RULES: dict[str, Callable[[pd.DataFrame], pd.Series]] = {
     "replay within 450 s": lambda f: f.replay | (f.replay_slack >= -450),
     "replay within 800 / threads s (built)": lambda f: f.replay | (f.replay_slack >= -800 / np.maximum(f.threads, 1)),
 }
-
-
-def best_recall(slack: np.ndarray, stalled: np.ndarray, fpr_max: float = 0.10) -> float:
-    """The best recall of ``slack >= threshold`` over thresholds whose false-positive rate is at most ``fpr_max``.
-
-    >>> best_recall(np.array([5.0, 4.0, 3.0, 2.0]), np.array([True, False, True, False]), fpr_max=0.5)
-    1.0
-    >>> best_recall(np.array([5.0, 4.0, 3.0, 2.0]), np.array([True, False, True, False]), fpr_max=0.0)
-    0.5
-    """
-    order = np.argsort(-slack, kind="stable")
-    tp, fp = np.cumsum(stalled[order]), np.cumsum(~stalled[order])
-    ok = fp / max((~stalled).sum(), 1) <= fpr_max
-    return float(tp[ok].max() / max(stalled.sum(), 1)) if ok.any() else 0.0
 
 
 def rules(paths: Sequence[str]) -> str:
@@ -130,15 +103,7 @@ def rules(paths: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.replay_stall_views")
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run")
-    run.add_argument("scenario")
-    run.add_argument("--minutes", type=float, default=10.0)
-    run.add_argument("--seed", type=int, action="append")
-    run.add_argument("--dump", required=True)
-    study = sub.add_parser("rules")
-    study.add_argument("dumps", nargs="+")
+    parser, _ = study_parser("python -m benchmarks.replay_stall_views", ["rules"])
     args = parser.parse_args(argv)
     if args.command == "run":
         from vecsched.simulate.replay_scoring import score_seeds

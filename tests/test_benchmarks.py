@@ -108,3 +108,19 @@ def test_targets_time_spec_3_6_not_the_whole_estimate():
     assert by_name["2,000 x 50,000 on PostgreSQL + Redis: the same with might_stall and the forecasts"]["met"] is False
     growth = by_name["SPEC 3-6 growth in waiting requests at fixed workers, realistic horde (upper-half exponent)"]
     assert growth["measured"] == pytest.approx(1.0) and growth["met"] is True
+
+
+def test_stall_studies_share_one_signal_and_one_run_command():
+    """The three offline stall studies take their rates and ``run`` arguments from benchmarks.stall_study."""
+    import doctest
+
+    import benchmarks.replay_spread as spread
+    import benchmarks.replay_stall_margin as margin
+    import benchmarks.replay_stall_views as views
+    import benchmarks.stall_study as study
+
+    checked = doctest.testmod(study)
+    assert checked.attempted > 0 and checked.failed == 0
+    assert spread.signal is margin.signal is views.signal is study.signal
+    assert spread.best_recall is views.best_recall is study.best_recall
+    assert margin.study_parser is views.study_parser is spread.study_parser is study.study_parser
