@@ -108,3 +108,19 @@ def test_targets_time_spec_3_6_not_the_whole_estimate():
     assert by_name["2,000 x 50,000 on PostgreSQL + Redis: the same with might_stall and the forecasts"]["met"] is False
     growth = by_name["SPEC 3-6 growth in waiting requests at fixed workers, realistic horde (upper-half exponent)"]
     assert growth["measured"] == pytest.approx(1.0) and growth["met"] is True
+
+
+def test_competition_versus_builds_the_horde_it_is_asked_for(capsys):
+    from pathlib import Path
+
+    from benchmarks.competition_versus import main
+
+    root = str(Path(__file__).resolve().parents[1])
+    digests = {}
+    for shape in ("realistic", "adversarial"):
+        assert main([root, root, "--horde", shape, "--workers", "40", "--requests", "300", "--rounds", "1"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["horde"] == shape and out["answers_agree"]
+        digests[shape] = out["before"]["digest"]
+    # Different answers: the option reaches the children, which build the horde named.
+    assert digests["realistic"] != digests["adversarial"]
