@@ -8,10 +8,10 @@ Usage::
 ``--horde adversarial`` gives every request 2 to 5 random models (``benchmarks/adversarial.py``, read
 from each tree). Each tree runs in its own long-lived subprocess (``PYTHONPATH`` = the tree) on the
 same synthetic horde: prepare and text eligibility once, then one call of the competition stage per
-turn (one cold call first, not counted), the trees taking turns. Prints one JSON object: per tree the best and median
-CPU seconds of the stage (the process's CPU time: the stage runs on one BLAS thread, and CPU time is
-the steadier figure on a shared machine), a digest of its answers (the two must agree), and after's
-best over before's.
+turn (one cold call first, not counted), the trees taking turns. Prints one JSON object: per tree
+the best and median CPU seconds of the stage (the process's CPU time: the stage runs on one BLAS
+thread, and CPU time is the steadier figure on a shared machine), a digest of its answers (the two
+must agree), and after's best over before's.
 """
 
 from __future__ import annotations
