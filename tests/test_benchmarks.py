@@ -124,3 +124,19 @@ def test_stall_studies_share_one_signal_and_one_run_command():
     assert spread.signal is margin.signal is views.signal is study.signal
     assert spread.best_recall is views.best_recall is study.best_recall
     assert margin.study_parser is views.study_parser is spread.study_parser is study.study_parser
+
+
+def test_competition_versus_builds_the_horde_it_is_asked_for(capsys):
+    from pathlib import Path
+
+    from benchmarks.competition_versus import main
+
+    root = str(Path(__file__).resolve().parents[1])
+    digests = {}
+    for shape in ("realistic", "adversarial"):
+        assert main([root, root, "--horde", shape, "--workers", "40", "--requests", "300", "--rounds", "1"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["horde"] == shape and out["answers_agree"]
+        digests[shape] = out["before"]["digest"]
+    # Different answers: the option reaches the children, which build the horde named.
+    assert digests["realistic"] != digests["adversarial"]
