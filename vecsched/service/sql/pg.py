@@ -19,6 +19,7 @@ from vecsched.service.sql.generic import (
     _raw_from_list,
 )
 from vecsched.service.sql import packed
+from vecsched.service.sql.textorder import code_point_order
 from vecsched.service.sql.schema import excluded_pairs
 from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT, bad_cell_message
 from vecsched.snapshot.schema import Column
@@ -643,9 +644,9 @@ def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
 def _text_order(raw: _Raw) -> np.ndarray | None:
     """The order of one text key column by code point, NULLs last; None unless every cell is text.
 
-    Python compares strings by code point, so its sort (stable, and linear on
-    rows already in order, as a table filled in key order reads) needs no
-    fixed-width copy of the keys, whose width would follow the longest.
+    NumPy sorts the cells' UTF-8 bytes (:func:`~vecsched.service.sql.textorder.code_point_order`);
+    a cell that is no valid NUL-free text (a bad key cell) leaves the column to
+    Python's sort, which compares strings by code point too.
     """
     cells = raw.values if raw.cells is None else raw.cells
     items = cells.tolist() if isinstance(cells, np.ndarray) else list(cells)
@@ -653,7 +654,9 @@ def _text_order(raw: _Raw) -> np.ndarray | None:
         items = ["" if z else v for v, z in zip(items, raw.null.tolist())]
     if not set(map(type, items)) <= {str}:
         return None
-    order = np.asarray(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
+    order = code_point_order(items)
+    if order is None:
+        order = np.asarray(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
     return order[np.argsort(raw.null[order], kind="stable")] if raw.null.any() else order
 
 
