@@ -130,9 +130,11 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
     items = values.tolist() if isinstance(values, np.ndarray) else list(values)
     n = len(items)
     out: list[tuple[np.ndarray, str]] = []
-    if set(map(type, items)) <= {str}:
-        is_str = np.ones(n, dtype=bool)
-    else:
+    try:
+        joined = "".join(items)  # fails on the first cell that is not a str: one pass, not a type scan first
+    except TypeError:
+        joined = None
+    if joined is None:
         is_str = np.fromiter((isinstance(v, str) for v in items), dtype=bool, count=n)
         for message, kind in ((NOT_UTF8, UndecodableText), (BLOB, (bytes, bytearray, memoryview))):
             mask = np.fromiter((isinstance(v, kind) for v in items), dtype=bool, count=n)
@@ -144,8 +146,8 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
         if other.any():
             out.append((other, NOT_STRING))
         items = [v if ok else "" for v, ok in zip(items, is_str.tolist())]
+        joined = "".join(items)
     # The usual column (short ASCII, no NUL) is cleared by three C-level passes.
-    joined = "".join(items)
     if joined.isascii() and "\x00" not in joined and max(map(len, items), default=0) <= MAX_STRING_BYTES:
         return out
     del joined
