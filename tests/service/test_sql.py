@@ -192,7 +192,18 @@ def test_fast_path_loads_what_the_generic_path_loads(pg_url: str, monkeypatch) -
         conn.execute(sa.text("INSERT INTO waiting_prompts (id, user_id, gentype, n, created, expiry) "
                              "VALUES ('r-odd-5', 'u', 'text', 1, '-infinity', 'infinity')"))
         conn.execute(sa.text("UPDATE workers SET speed = NULL WHERE id LIKE '%1'"))
+    judged = []  # (kind, bad cells) of each text column read whole: the unknown gentype and state among them
+    real_texts = _pg._raw_from_texts
+
+    def texts_judged(col, cells):
+        raw = real_texts(col, cells)
+        judged.append((col.kind, sum(int(mask.sum()) for mask, _ in raw.errors)))
+        return raw
+
+    monkeypatch.setattr(_pg, "_raw_from_texts", texts_judged)
     fast = _sql.load_horde(engine, NOW.timestamp())
+    monkeypatch.undo()
+    assert ("enum", 1) in judged and ("str", 0) in judged
     generic = _sql.load_horde(engine, NOW.timestamp(), fast=False)
     assert len(fast.requests) > 500 and len(fast.rejected) >= 11
     assert {"r-odd-2", "r-odd-4", "r-odd-5", "w-neg-threads", "j2"} <= {e.id for e in fast.rejected}

@@ -130,9 +130,11 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
     items = values.tolist() if isinstance(values, np.ndarray) else list(values)
     n = len(items)
     out: list[tuple[np.ndarray, str]] = []
-    if set(map(type, items)) <= {str}:
-        is_str = np.ones(n, dtype=bool)
-    else:
+    try:
+        joined = "".join(items)  # fails on the first cell that is not a str: one pass, not a type scan first
+    except TypeError:
+        joined = None
+    if joined is None:
         is_str = np.fromiter((isinstance(v, str) for v in items), dtype=bool, count=n)
         for message, kind in ((NOT_UTF8, UndecodableText), (BLOB, (bytes, bytearray, memoryview))):
             mask = np.fromiter((isinstance(v, kind) for v in items), dtype=bool, count=n)
@@ -144,8 +146,8 @@ def string_problems(values: Any) -> list[tuple[np.ndarray, str]]:
         if other.any():
             out.append((other, NOT_STRING))
         items = [v if ok else "" for v, ok in zip(items, is_str.tolist())]
+        joined = "".join(items)
     # The usual column (short ASCII, no NUL) is cleared by three C-level passes.
-    joined = "".join(items)
     if joined.isascii() and "\x00" not in joined and max(map(len, items), default=0) <= MAX_STRING_BYTES:
         return out
     del joined
@@ -261,9 +263,9 @@ def judge_cells(
         codes = pd.Index(list(choices), dtype=object).get_indexer(pd.Index(values, dtype=object)).astype(np.int64)
         unknown = (codes < 0) & ~null
         codes[codes < 0] = 0
-        problems = [(unknown, _message(kind, choices))] if unknown.any() else []
+        problems = [(unknown, bad_cell_message(kind, choices))] if unknown.any() else []
         if was_null.any():
-            problems.append((was_null, _message(kind, choices)))
+            problems.append((was_null, bad_cell_message(kind, choices)))
         return codes, null, problems
     if types <= _FAST.get(kind, set()) | {type(None)}:
         try:
@@ -276,14 +278,32 @@ def judge_cells(
     else:
         arr, problems = _one_by_one(kind, values, null | was_null, choices, sql)
     if was_null.any():
-        problems.append((was_null, _message(kind, choices)))
+        problems.append((was_null, bad_cell_message(kind, choices)))
     return arr, null, problems
 
 
 _FAST = {"str": {str}, "bool": {bool}, "int": {int}, "float": {int, float}}
 
 
-def _message(kind: str, choices: tuple[str, ...]) -> str:
+def bad_cell_message(kind: str, choices: tuple[str, ...]) -> str:
+    """The message of a cell that is not of its column's ``kind`` (``choices``: an enumeration's names).
+
+    Parameters
+    ----------
+    kind : str
+        The column's kind.
+    choices : tuple of str
+        An enumeration's names.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> bad_cell_message("enum", ("text", "image"))
+    'must be one of text, image'
+    """
     return {
         "str": NOT_STRING,
         "bool": NOT_BOOL,
@@ -338,7 +358,7 @@ def _one_by_one(
         if message is None:
             arr[k] = got
         else:
-            messages.setdefault(message if message else _message(kind, choices), []).append(k)
+            messages.setdefault(message if message else bad_cell_message(kind, choices), []).append(k)
     problems = []
     for message, rows in messages.items():
         mask = np.zeros(n, dtype=bool)

@@ -131,11 +131,22 @@ def _shift_null_word(part: Part, n_value_words: int) -> Part:
     return Part(part.how, part.slot, part.bit, (word + n_value_words, bit))
 
 
+class Texts(list):  # type: ignore[type-arg]
+    """The cells of a text column read whole by ``string_agg``: every one a ``str``, none NULL.
+
+    The count of its cells matched ``count(*)`` and ``count(column)``, so the
+    judging may skip the checks for NULLs and other types a list from an array
+    needs (:func:`vecsched.service.sql.pg._raw_from_texts`).
+    """
+
+    __slots__ = ()
+
+
 @dataclass
 class Read:
     """The parsed result row: per column its values, or why the optimistic read must be redone."""
 
-    columns: list[Any]  # per column: (values ndarray, null ndarray) or a list of cells (None for NULL)
+    columns: list[Any]  # per column: (values ndarray, null ndarray), Texts, or a list of cells (None for NULL)
     short_record: bool  # some fixed-width cell was NULL (the record count fell short)
     odd_texts: list[int]  # text columns (by column index) holding NULL or SEP
 
@@ -157,7 +168,7 @@ def parse(p: Plan, row: tuple[Any, ...], oids: list[int]) -> Read:
     for _ in range(p.n_texts):
         joined, count = row[at], int(row[at + 1])
         at += 2
-        cells = [] if joined is None else joined.split(SEP)
+        cells = Texts() if joined is None else Texts(joined.split(SEP))
         texts.append(cells if count == n and len(cells) == n else None)
     arrays = row[at:]
     odd = [k for k, part in enumerate(p.parts) if part.how == "text" and texts[part.slot] is None]
@@ -196,7 +207,10 @@ def joined(reads: list[Read]) -> Read:
         if isinstance(parts[0], tuple):  # fixed-width values and their NULL masks
             columns.append((np.concatenate([v for v, _ in parts]), np.concatenate([z for _, z in parts])))
         else:
-            columns.append([cell for part in parts for cell in part])
+            cells = type(parts[0])()  # Texts stay Texts
+            for part in parts:
+                cells += part  # one C-level copy per part, not a Python step per cell
+            columns.append(cells)
     return Read(columns, False, [])
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
+from itertools import repeat
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -17,8 +19,9 @@ from vecsched.service.sql.generic import (
     _raw_from_list,
 )
 from vecsched.service.sql import packed
+from vecsched.service.sql.textorder import code_point_order
 from vecsched.service.sql.schema import excluded_pairs
-from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT
+from vecsched.snapshot.cells import INT_LIMIT, INT_RANGE, NOT_BOOL, NOT_FINITE, NOT_INT, bad_cell_message
 from vecsched.snapshot.schema import Column
 
 # PostgreSQL epoch (2000-01-01) in Unix microseconds, and the +-infinity timestamps.
@@ -534,8 +537,10 @@ class _PgFetch(_GenericFetch):
             return _judge_array(col, value)
         if col.kind == "time":
             raise _Fallback(f"{col.name} is not a timestamp")
-        # Text (and any type without a NumPy parser): psycopg's loaders made
-        # the Python objects the generic path would see.
+        if isinstance(value, packed.Texts):
+            return _raw_from_texts(col, value)
+        # Text read as an array (and any type without a NumPy parser): psycopg's
+        # loaders made the Python objects the generic path would see.
         return _raw_from_list(col, list(value))
 
     def link(
@@ -582,6 +587,34 @@ class _PgFetch(_GenericFetch):
 _INTEGERS = frozenset({21, 23, 20})
 
 
+def _raw_from_texts(col: Column, cells: packed.Texts) -> _Raw:
+    """:func:`~vecsched.service.sql.generic._raw_from_list`'s judgement of cells known to be ``str``, none NULL.
+
+    The same values and errors without its scans for NULLs and cell types: a
+    string column's cells are all good here (the string rules are checked by
+    the snapshot), an enumeration's are its codes, an unknown name its error.
+    """
+    n = len(cells)
+    null = np.zeros(n, dtype=bool)
+    if col.kind == "str":
+        arr = np.empty(n, dtype=object)
+        arr[:] = cells
+        return _Raw(arr, null)
+    if col.kind != "enum":
+        return _raw_from_list(col, cells)
+    codes = np.fromiter(map(_enum_codes(col.choices).get, cells, repeat(-1)), dtype=np.int64, count=n)
+    unknown = codes < 0
+    if not unknown.any():
+        return _Raw(codes, null)
+    codes[unknown] = 0
+    return _Raw(codes, null, [(unknown, bad_cell_message("enum", col.choices))])
+
+
+@lru_cache(maxsize=None)
+def _enum_codes(choices: tuple[str, ...]) -> dict[str, int]:
+    return {name: code for code, name in enumerate(choices)}
+
+
 def _texts(cells: Any) -> list[Any]:
     """A text column's cells as a list (array_agg over no rows gives None)."""
     return [] if cells is None else list(cells)
@@ -602,16 +635,18 @@ def _in_key_order(raws: list[_Raw], key: list[int]) -> list[_Raw]:
         order = _array_order([raws[k] for k in key])
     if (order[1:] > order[:-1]).all():
         return raws
-    return [_Raw(r.values[order], r.null[order], [(mask[order], message) for mask, message in r.errors],
+    # A NULL mask with no NULL reads the same in any order (most columns: no copy).
+    return [_Raw(r.values[order], r.null[order] if r.null.any() else r.null,
+                 [(mask[order], message) for mask, message in r.errors],
                  None if r.cells is None else [r.cells[i] for i in order]) for r in raws]
 
 
 def _text_order(raw: _Raw) -> np.ndarray | None:
     """The order of one text key column by code point, NULLs last; None unless every cell is text.
 
-    Python compares strings by code point, so its sort (stable, and linear on
-    rows already in order, as a table filled in key order reads) needs no
-    fixed-width copy of the keys, whose width would follow the longest.
+    NumPy sorts the cells' UTF-8 bytes (:func:`~vecsched.service.sql.textorder.code_point_order`);
+    a cell that is no valid NUL-free text (a bad key cell) leaves the column to
+    Python's sort, which compares strings by code point too.
     """
     cells = raw.values if raw.cells is None else raw.cells
     items = cells.tolist() if isinstance(cells, np.ndarray) else list(cells)
@@ -619,7 +654,9 @@ def _text_order(raw: _Raw) -> np.ndarray | None:
         items = ["" if z else v for v, z in zip(items, raw.null.tolist())]
     if not set(map(type, items)) <= {str}:
         return None
-    order = np.asarray(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
+    order = code_point_order(items)
+    if order is None:
+        order = np.asarray(sorted(range(len(items)), key=items.__getitem__), dtype=np.int64)
     return order[np.argsort(raw.null[order], kind="stable")] if raw.null.any() else order
 
 
