@@ -108,3 +108,21 @@ def test_targets_time_spec_3_6_not_the_whole_estimate():
     assert by_name["2,000 x 50,000 on PostgreSQL + Redis: the same with might_stall and the forecasts"]["met"] is False
     growth = by_name["SPEC 3-6 growth in waiting requests at fixed workers, realistic horde (upper-half exponent)"]
     assert growth["measured"] == pytest.approx(1.0) and growth["met"] is True
+
+
+def test_replay_offcycle_benchmark_at_a_toy_size():
+    from benchmarks.replay_offcycle import main as offcycle, summary
+
+    try:
+        out = offcycle(40, 400, 1, False)
+    except Exception as exc:  # pragma: no cover - the Redis of the machine is down
+        if "Connection" not in type(exc).__name__:
+            raise
+        pytest.skip(f"Redis not reachable: {exc}")
+    finally:
+        from vecsched.core import replay
+
+        replay.disable()
+    # The lane's replay equals the replay inside the estimate, and the figures never change.
+    assert out["lane_equals_inline"] == [True, True] and out["digests"] == [True]
+    assert set(summary(out)) >= {"inline", "offcycle_idle", "offcycle_busy", "offcycle_busy_over_inline"}
