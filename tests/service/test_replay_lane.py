@@ -237,3 +237,21 @@ def test_cli_replay_every_implies_the_replay_and_runs_it_off_the_cycle(monkeypat
     assert seen["replay_every"] is None and not seen["registered"]  # the setting alone turns nothing on
     assert main(["run", "--no-demo", "--db", db, "--replay"]) == 0
     assert seen["replay_every"] == 45.0
+
+
+def test_an_estimate_that_cannot_defer_keeps_the_replay_in_the_cycle_and_owes_nothing(tmp_path) -> None:
+    from vecsched.service.forecast_job import ForecastTracker
+    from vecsched.service.replay_lane import ReplayLane
+
+    recorder = ForecastRecorder(MemoryPairs())
+    tracker = ForecastTracker(recorder, lane=ReplayLane(recorder, (NAME,), every=0.0))
+    snap = _snapshot(1000.0, [_req("a", 1000.0)])
+    store = SQLStore(f"sqlite:///{tmp_path / 'job.sqlite'}")
+    # An estimate without forecast_skip/defer: the tracker cannot ask it to defer the replay.
+    report = run_cycle(lambda _now: snap, store, lambda: 1000.0, estimate=lambda s: vecsched.estimate(s),
+                       forecasts=tracker)
+    store.close()
+    assert report.ok, report.error
+    assert tracker.lane.owed().empty and tracker.lane.run_pending() == 0
+    recorded = _forecast(recorder.backend, "a")
+    assert recorded["forecasted_at"] == 1000.0 and "late_s" not in recorded

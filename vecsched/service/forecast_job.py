@@ -133,7 +133,7 @@ class ForecastTracker:
         for k, rid, g, e in zip(new.tolist(), ids[new].tolist(), gentype.tolist(), expiry.tolist()):
             rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
         self.recorder.record_forecasts(rows, now=now)
-        if self.lane is not None:
+        if self.lane is not None and estimates.deferred is not None:  # else the replay ran in this estimate
             self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now)
         added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool)}, index=ids[new])
         self.tracked = pd.concat([self.tracked, added]) if len(self.tracked) else added

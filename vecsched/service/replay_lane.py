@@ -33,7 +33,6 @@ import pandas as pd
 
 from vecsched.core.forecasts import ESTIMATORS, FORECAST_FIELDS
 from vecsched.core.pairing import ForecastRecorder
-from vecsched.snapshot.schema import GENTYPES
 
 log = logging.getLogger("vecsched.forecasts")
 
@@ -168,13 +167,3 @@ class ReplayLane:
             if self._stopping and self._offer is None:
                 return
 
-
-def gentype_names(codes: np.ndarray) -> np.ndarray:
-    """Gentype names (``text``, ``image``) of gentype codes.
-
-    Examples
-    --------
-    >>> gentype_names(np.array([0, 1])).tolist()
-    ['text', 'image']
-    """
-    return np.asarray(GENTYPES, dtype=object)[np.asarray(codes).astype(np.int64)]
