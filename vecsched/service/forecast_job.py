@@ -102,8 +102,10 @@ class ForecastTracker:
         deferred = {} if self.lane is None else {"defer": self.lane.names}
 
         def skipping(snapshot: Any) -> Any:
+            # Deferred, the replay reads its calibration in the lane: the cycle spares the read.
+            handed = None if deferred else calibration.get(now=float(snapshot.now))
             return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object),
-                        calibration=calibration.get(now=float(snapshot.now)), **deferred)
+                        calibration=handed, **deferred)
 
         return skipping
 
