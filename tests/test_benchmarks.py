@@ -140,3 +140,21 @@ def test_competition_versus_builds_the_horde_it_is_asked_for(capsys):
         digests[shape] = out["before"]["digest"]
     # Different answers: the option reaches the children, which build the horde named.
     assert digests["realistic"] != digests["adversarial"]
+
+
+def test_replay_offcycle_benchmark_at_a_toy_size():
+    from benchmarks.replay_offcycle import main as offcycle, summary
+
+    try:
+        out = offcycle(40, 400, 1, False)
+    except Exception as exc:  # pragma: no cover - the Redis of the machine is down
+        if "Connection" not in type(exc).__name__:
+            raise
+        pytest.skip(f"Redis not reachable: {exc}")
+    finally:
+        from vecsched.core import replay
+
+        replay.disable()
+    # The lane's replay equals the replay inside the estimate, and the figures never change.
+    assert out["lane_equals_inline"] == [True, True] and out["digests"] == [True]
+    assert set(summary(out)) >= {"inline", "offcycle_idle", "offcycle_busy", "offcycle_busy_over_inline"}

@@ -107,7 +107,7 @@ def test_approved_needs_every_series_passing_with_enough_pairs_for_a_day() -> No
     assert doc["estimators"]["good"]["approved"] is False
     assert doc["format"] == "vecsched.promotion/1" and set(doc["window"]) == {"from", "to"}
     assert set(entry["text"]["start"]) == {"pairs", "within_tolerance", "p90_abs_error", "p90_coverage",
-                                           "expired_share", "cancelled_share", "enough_pairs", "passes"}
+                                           "expired_share", "cancelled_share", "late_share", "enough_pairs", "passes"}
     assert set(entry["image"]["stall"]) == {"predictions", "stalls", "precision", "recall",
                                             "false_positive_rate", "enough", "passes"}
 

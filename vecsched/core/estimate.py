@@ -107,10 +107,11 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         inputs = _forecasts.forecast_inputs(
             snapshot.now, batch.queue, snapshot.requests.expiry[batch.queue.index], batch.position, batch.work,
             batch.in_flight, columns, forecast_throughput, forecast_queues, options.forecast_skip)
-        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration)
+        forecasts = _forecasts.forecast_all(snapshot, inputs, options.calibration, options.defer)
 
     return Estimates(
         forecasts=forecasts,
+        deferred=inputs if options.defer else None,
         now=snapshot.now,
         request_id=batch.queue.ids,
         request_index=batch.queue.index,
@@ -321,7 +322,8 @@ def _horde_wide(batch: _Batch, gentype: int, mine: np.ndarray, columns: dict[str
 
 
 def estimate(
-    snapshot: Snapshot, *, eligible_image_wait: bool = False, forecast_skip: Any = None, calibration: Any = None
+    snapshot: Snapshot, *, eligible_image_wait: bool = False, forecast_skip: Any = None, calibration: Any = None,
+    defer: tuple[str, ...] = (),
 ) -> Estimates:
     """Compute every waiting request's figures (SPEC.md sections 3 to 6) at once.
 
@@ -335,6 +337,9 @@ def estimate(
         Request ids whose shadow forecasts are not needed (left unknown).
     calibration : dict, optional
         Per estimator name, what it is handed (``vecsched.core.forecasts``).
+    defer : tuple of str, optional
+        Estimator names not run here: the forecasts stage's inputs are kept in
+        ``Estimates.deferred`` instead, to run them later (off the job's cycle).
 
     Returns
     -------
@@ -356,6 +361,6 @@ def estimate(
     (1, 0, 10.0)
     """
     options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
-                              forecast_skip=forecast_skip)
+                              forecast_skip=forecast_skip, defer=tuple(defer))
     with one_blas_thread():
         return compute(snapshot, options)

@@ -195,13 +195,15 @@ def forecast_all(
     snapshot: Any,
     inputs: ForecastInputs,
     calibration: Mapping[str, Mapping[str, Any]] | None = None,
+    defer: tuple[str, ...] = (),
 ) -> dict[str, Forecast]:
-    """Every registered estimator's forecast columns, by name.
+    """Every registered estimator's forecast columns, by name, but those named in ``defer``.
 
     ``calibration`` maps estimator names to what each was handed.
     """
     calibration = calibration or {}
-    return {name: est.compute(snapshot, inputs, calibration.get(name)) for name, est in ESTIMATORS.items()}
+    return {name: est.compute(snapshot, inputs, calibration.get(name)) for name, est in ESTIMATORS.items()
+            if name not in defer}
 
 
 def _unknown(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,10 @@ Every request gets one short-lived *record*: a hash of fields, each set once
 (the first write wins, also across job processes):
 
 - ``forecast:NAME``: the estimator's whole forecast as JSON, with
-  ``forecasted_at``, ``gentype`` and ``expiry`` (one field per estimator, so two
-  writers never mix halves of two forecasts);
+  ``forecasted_at`` (the request's first sighting), ``gentype`` and ``expiry``
+  (one field per estimator, so two writers never mix halves of two forecasts),
+  and ``late_s`` when the estimator runs off the main cycle and forecast the
+  request from a later snapshot than its first sighting (seconds after it);
 - ``started_at``, ``completed_at``, ``expired_without_start``, ``cancelled_at``:
   outcome times, epoch seconds;
 - ``v:NAME:PHASE``: a claim that the pair (NAME, PHASE) was validated; only the
@@ -20,6 +22,11 @@ Validated pairs are kept per (estimator, gentype, phase) for the rolling
 window, scored by their time; phases: ``start``, ``completion``, ``stall``
 (expiry before first assignment, predicted or not), and the counters
 ``forecast`` and ``cancelled`` for the shares beside each series.
+
+A late forecast is scored from the first sighting, like every other
+estimator's: its p50 and p90 are moved onto that clock (``late_s`` added), and
+an outcome that came before the forecast was made counts as a miss (a null
+p50) instead of a hit the forecast could see; so lateness never flatters.
 
 Backends: :class:`MemoryPairs` here (the simulator, tests); the service's
 :class:`~vecsched.service.forecasts_store.RedisPairs` (layout in
@@ -47,9 +54,11 @@ COUNTERS = ("forecast", "cancelled")
 class Pair:
     """One validated pair: a forecast and what happened.
 
-    ``observed`` is seconds from the forecast to the outcome (``start``,
+    ``observed`` is seconds from the first sighting to the outcome (``start``,
     ``completion``), or 1.0 / 0.0 for an observed stall / none (``stall``);
-    counters carry 0. ``predicted_stall`` is the forecast's stall prediction.
+    the ``forecast`` counter carries how late the forecast was made (seconds
+    after the first sighting, 0 when made at it), ``cancelled`` carries 0.
+    ``predicted_stall`` is the forecast's stall prediction.
 
     Examples
     --------
@@ -144,7 +153,10 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
     cancellation); completion and stall pairs leave cancelled requests out; a
     stall resolves at the first start (none) or at an expiry without start. A
     start before the forecast (the request was already assigned when first
-    seen) pairs neither start nor stall.
+    seen) pairs neither start nor stall. A late forecast (``late_s``, see the
+    module docstring) pairs from the first sighting with its p50 and p90
+    moved by ``late_s``; an outcome before it was made pairs with null ones,
+    and a start before it pairs no stall.
 
     Examples
     --------
@@ -153,6 +165,11 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
     ...                  "forecasted_at": 100.0, "gentype": "text"})
     >>> [c for c, _ in candidate_pairs("r1", {"forecast:x": fc, "started_at": "112.0"})]
     ['v:x:forecast', 'v:x:start', 'v:x:stall']
+    >>> late = json.dumps({**json.loads(fc), "late_s": 10.0})
+    >>> [(p.phase, p.p50, p.observed) for _, p in candidate_pairs("r1", {"forecast:x": late, "started_at": "112.0"})]
+    [('forecast', None, 10.0), ('start', 15.0, 12.0), ('stall', None, 0.0)]
+    >>> [(p.phase, p.p50) for _, p in candidate_pairs("r1", {"forecast:x": late, "started_at": "105.0"})]
+    [('forecast', None), ('start', None)]
     """
     out: list[tuple[str, Pair]] = []
     started = _number(record.get("started_at"))
@@ -165,20 +182,28 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
         name = key[len("forecast:"):]
         f = json.loads(text)
         at0, gentype, stall = float(f["forecasted_at"]), str(f["gentype"]), bool(f["predicted_stall"])
+        late = float(f.get("late_s") or 0.0)
+        made = at0 + late
 
         def pair(phase: str, at: float, p50: Any = None, p90: Any = None, observed: float = 0.0) -> tuple[str, Pair]:
             return f"v:{name}:{phase}", Pair(name, gentype, phase, request_id, at, _number(p50), _number(p90),
                                             observed, stall)
 
-        out.append(pair("forecast", at0))
+        def seen_from_first(value: Any, outcome_at: float) -> Any:
+            # Seconds from the making -> from the first sighting; unknown if the outcome came first.
+            value = _number(value)
+            return None if value is None or outcome_at < made else value + late
+
+        out.append(pair("forecast", at0, observed=late))
         # A request already assigned when first forecast has no start (nor stall) to predict.
         started_after = started is not None and started >= at0
         if started_after:
-            out.append(pair("start", started, f["start_p50"], f["start_p90"], started - at0))
+            out.append(pair("start", started, seen_from_first(f["start_p50"], started),
+                            seen_from_first(f["start_p90"], started), started - at0))
         if completed is not None and cancelled is None:
-            out.append(pair("completion", completed, f["completion_p50"], f["completion_p90"],
-                            max(0.0, completed - at0)))
-        if started_after:
+            out.append(pair("completion", completed, seen_from_first(f["completion_p50"], completed),
+                            seen_from_first(f["completion_p90"], completed), max(0.0, completed - at0)))
+        if started_after and started >= made:
             out.append(pair("stall", started, observed=0.0))
         elif expired is not None and cancelled is None:
             out.append(pair("stall", expired, observed=1.0))
@@ -222,15 +247,25 @@ class ForecastRecorder:
         self.window = window
 
     def record_forecasts(
-        self, forecasts: Iterable[tuple[str, str, float, Mapping[str, Mapping[str, Any]]]], *, now: float
+        self, forecasts: Iterable[tuple[str, str, float, Mapping[str, Mapping[str, Any]]]], *, now: float,
+        first_seen: Sequence[float] | None = None,
     ) -> list[Pair]:
-        """Record ``(request_id, gentype, expiry, {estimator: forecast})`` rows first seen at ``now``."""
+        """Record ``(request_id, gentype, expiry, {estimator: forecast})`` rows first seen at ``now``.
+
+        ``first_seen``: per row, when the request was first seen waiting, for
+        forecasts made later, at ``now`` (off the main cycle): the record keeps
+        that time as ``forecasted_at`` and ``late_s = now - first_seen``.
+        """
+        forecasts = list(forecasts)
+        seen = [now] * len(forecasts) if first_seen is None else [float(t) for t in first_seen]
         writes = []
-        for rid, gentype, expiry, by_name in forecasts:
+        for (rid, gentype, expiry, by_name), at0 in zip(forecasts, seen):
+            stamp: dict[str, Any] = {"forecasted_at": at0, "gentype": gentype, "expiry": expiry}
+            if first_seen is not None:
+                stamp["late_s"] = now - at0
             fields = {}
             for name, forecast in by_name.items():
-                doc = dict(forecast, forecasted_at=now, gentype=gentype, expiry=expiry)
-                fields[f"forecast:{name}"] = json.dumps(doc, separators=(",", ":"))
+                fields[f"forecast:{name}"] = json.dumps(dict(forecast, **stamp), separators=(",", ":"))
             writes.append(Write(rid, fields, max(expiry, now) + self.grace))
         return self._apply(writes)
 

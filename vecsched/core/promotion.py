@@ -9,6 +9,9 @@ window's validated pairs:
 - ``expired_share``, ``cancelled_share``: of the estimator's forecasts of the
   gentype in the window, the share whose request expired unstarted, or was
   cancelled (so nobody looks good by what it leaves out);
+- ``late_share``: the share of those forecasts made after the request's first
+  sighting (an estimator run off the main cycle, ``vecsched run
+  --replay-every``); 0 for the estimators of every cycle;
 - ``enough_pairs``: at least 10,000 pairs; ``passes``: the levels alone
   (within >= 80%, p90 error <= 120 s, 85% <= coverage <= 95%).
 
@@ -67,7 +70,7 @@ def nearest_rank(values: np.ndarray, q: float) -> float | None:
 
 
 def series_stats(p50: np.ndarray, p90: np.ndarray, observed: np.ndarray, *, forecasts: int = 0,
-                 expired: int = 0, cancelled: int = 0) -> dict[str, Any]:
+                 expired: int = 0, cancelled: int = 0, late: int = 0) -> dict[str, Any]:
     """One accuracy series from its pairs (NaN for null forecasts).
 
     Examples
@@ -96,6 +99,7 @@ def series_stats(p50: np.ndarray, p90: np.ndarray, observed: np.ndarray, *, fore
         "p90_coverage": coverage,
         "expired_share": _share(expired, forecasts),
         "cancelled_share": _share(cancelled, forecasts),
+        "late_share": _share(late, forecasts),
         "enough_pairs": bool(n >= MIN_PAIRS),
         "passes": bool(passes),
     }
@@ -139,7 +143,9 @@ def estimator_stats(pairs: Sequence[Any]) -> dict[str, dict[str, Any]]:
         entry: dict[str, Any] = {}
         for gentype in GENTYPE_NAMES:
             stall = by.get((name, gentype, "stall"), [])
-            forecasts = len(by.get((name, gentype, "forecast"), []))
+            made = by.get((name, gentype, "forecast"), [])
+            forecasts = len(made)
+            late = sum(1 for p in made if p.observed > 0)  # the counter carries late_s
             expired = sum(1 for p in stall if p.observed >= 1.0)
             cancelled = len(by.get((name, gentype, "cancelled"), []))
             block: dict[str, Any] = {}
@@ -147,7 +153,7 @@ def estimator_stats(pairs: Sequence[Any]) -> dict[str, dict[str, Any]]:
                 got = by.get((name, gentype, phase), [])
                 block[phase] = series_stats(
                     _column(got, "p50"), _column(got, "p90"), _column(got, "observed"),
-                    forecasts=forecasts, expired=expired, cancelled=cancelled)
+                    forecasts=forecasts, expired=expired, cancelled=cancelled, late=late)
             block["stall"] = stall_stats(np.array([p.predicted_stall for p in stall], dtype=bool),
                                          np.array([p.observed >= 1.0 for p in stall], dtype=bool))
             entry[gentype] = block
@@ -257,7 +263,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
     if doc.get("seeds") is not None:
         lines[0] += f"  seeds {doc['seeds']}"
     head = f"{'estimator':22} {'gentype':7} {'series':10} {'pairs':>7} {'within':>7} {'p90err':>9} " \
-           f"{'cover':>6} {'expired':>8} {'cancel':>7} {'enough':>6} {'passes':>6}"
+           f"{'cover':>6} {'expired':>8} {'cancel':>7} {'late':>5} {'enough':>6} {'passes':>6}"
     lines.append(head)
     for name, e in doc["estimators"].items():
         for g in GENTYPE_NAMES:
@@ -267,6 +273,7 @@ def format_table(doc: Mapping[str, Any]) -> str:
                     f"{name:22} {g:7} {ph:10} {s['pairs']:>7} {_fmt(s['within_tolerance'], 'share'):>7} "
                     f"{_fmt(s['p90_abs_error'], 'seconds'):>9} {_fmt(s['p90_coverage'], 'share'):>6} "
                     f"{_fmt(s['expired_share'], 'share'):>8} {_fmt(s['cancelled_share'], 'share'):>7} "
+                    f"{_fmt(s.get('late_share'), 'share'):>5} "
                     f"{'yes' if s['enough_pairs'] else 'no':>6} {'yes' if s['passes'] else 'no':>6}")
             st = e[g]["stall"]
             lines.append(

@@ -81,6 +81,9 @@ class EstimateOptions:
     calibration: Any = field(default=None, compare=False)
     # Request ids whose forecasts are not needed (the job's already recorded ones): left unknown.
     forecast_skip: Any = field(default=None, compare=False)
+    # Estimators left out of the estimate's forecasts stage: the job runs them later, off its cycle,
+    # on the inputs kept in ``Estimates.deferred`` (vecsched.service.replay_lane).
+    defer: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.eligible_image_wait, bool):
@@ -174,6 +177,8 @@ class Estimates:
     competition: CompetitionState | None = field(default=None, repr=False, compare=False)
     # Estimator name -> vecsched.core.forecasts.Forecast (SPEC section 8).
     forecasts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The forecasts stage's ForecastInputs when some estimator was deferred (``options.defer``), else None.
+    deferred: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.request_id)

@@ -97,6 +97,11 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--replay", action="store_true",
                    help="also record the dispatch-replay-v1 shadow forecast (costly on large hordes; "
                         "install the 'replay' extra for its compiled loop; default off)")
+    p.add_argument("--replay-every", type=positive_float, metavar="SECONDS",
+                   help="run the replay off the main cycle, in a thread of its own, at most once per SECONDS "
+                        "(implies --replay; forecasts of requests first seen between replays are recorded "
+                        "late, with their true first sighting; default: $VECSCHED_REPLAY_EVERY with --replay, "
+                        "else inside every cycle)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
     p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
@@ -316,10 +321,13 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("vecsched.job").info(
             "demo: a simulated horde lives in %s (--no-demo turns it off)", url)
     store = _store(args)
-    if args.replay:
+    every = None  # the replay, when on, runs inside every cycle
+    if args.replay or args.replay_every is not None:
         from vecsched.core.replay import enable
+        from vecsched.service.config import replay_every
 
         enable()
+        every = args.replay_every if args.replay_every is not None else replay_every()
     figures = partial(estimate, eligible_image_wait=args.eligible_image_wait)
     from vecsched.service.metrics import CycleMetrics, setup_metrics
 
@@ -332,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
             if report.ok:
                 logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
             return 0 if report.ok else 1
-        run_service(loader, store, interval=args.interval, estimate=figures, observe=observe)
+        run_service(loader, store, interval=args.interval, estimate=figures, observe=observe, replay_every=every)
         return 0
     finally:
         if provider is not None:

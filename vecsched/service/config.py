@@ -1,8 +1,10 @@
 """Every setting read from the environment, in one place.
 
 ``VECSCHED_DATABASE_URL`` (default: a SQLite file in ``$VECSCHED_HOME``),
-``REDIS_URL`` (default: publish into the database), ``VECSCHED_REDIS_PREFIX`` and
-``VECSCHED_ELIGIBLE_IMAGE_WAIT`` (the job's image waits from eligible workers).
+``REDIS_URL`` (default: publish into the database), ``VECSCHED_REDIS_PREFIX``,
+``VECSCHED_ELIGIBLE_IMAGE_WAIT`` (the job's image waits from eligible workers) and
+``VECSCHED_REPLAY_EVERY`` (with ``vecsched run --replay``: seconds between replays
+off the main cycle).
 """
 
 from __future__ import annotations
@@ -118,3 +120,43 @@ def eligible_image_wait(env: dict[str, str] | None = None) -> bool:
     """
     env = os.environ if env is None else env
     return env.get("VECSCHED_ELIGIBLE_IMAGE_WAIT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def replay_every(env: dict[str, str] | None = None) -> float | None:
+    """``$VECSCHED_REPLAY_EVERY`` in seconds (> 0): the replay's cadence off the main cycle.
+
+    Parameters
+    ----------
+    env : dict, optional
+        The environment to read; default ``os.environ``.
+
+    Returns
+    -------
+    float or None
+        None when unset or empty: the replay runs inside every cycle.
+
+    Raises
+    ------
+    vecsched.errors.UserError
+        When it is set but is not a finite number > 0.
+
+    Examples
+    --------
+    >>> replay_every({"VECSCHED_REPLAY_EVERY": "60"}), replay_every({})
+    (60.0, None)
+    """
+    import math
+
+    from vecsched.errors import UserError
+
+    env = os.environ if env is None else env
+    text = env.get("VECSCHED_REPLAY_EVERY", "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}")
+    return value

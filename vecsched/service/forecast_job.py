@@ -12,6 +12,11 @@ Each cycle :class:`ForecastTracker` (held by the job across cycles):
 3. once an hour, trims the pairs to the window and stores a verdict
    (:mod:`vecsched.service.promotion`).
 
+With a :class:`~vecsched.service.replay_lane.ReplayLane` (``vecsched run
+--replay-every``) the lane's estimators are left out of the cycle's estimate:
+step 1 puts the new requests on the lane's owed list instead, and the cycle
+offers itself to the lane, which records their forecasts later, off the cycle.
+
 Everything works on whole columns; the only per-request Python is the JSON of
 first sightings and events.
 """
@@ -60,10 +65,15 @@ class ForecastTracker:
     recorder : ForecastRecorder
     verdict_every : float
         Seconds between stored verdicts.
+    lane : ReplayLane, optional
+        Runs its estimators off the cycle (see the module docstring); None:
+        every estimator runs in the cycle's estimate.
     """
 
-    def __init__(self, recorder: ForecastRecorder, *, verdict_every: float = VERDICT_EVERY_SECONDS):
+    def __init__(self, recorder: ForecastRecorder, *, verdict_every: float = VERDICT_EVERY_SECONDS,
+                 lane: Any = None):
         self.recorder = recorder
+        self.lane = lane
         self.verdict_every = verdict_every
         self.last_verdict = -np.inf
         # Requests forecast by this process and not yet resolved.
@@ -71,7 +81,8 @@ class ForecastTracker:
 
     def wrap(self, estimate: Any = None) -> Any:
         """``estimate`` (default :func:`vecsched.estimate`) asked for forecasts only of the requests
-        this tracker has not recorded, when it takes ``forecast_skip``; else ``estimate`` itself."""
+        this tracker has not recorded, when it takes ``forecast_skip``; else ``estimate`` itself.
+        With a lane, the lane's estimators are deferred (``defer``) to it."""
         import inspect
 
         from vecsched.core.estimate import estimate as core_estimate
@@ -88,15 +99,21 @@ class ForecastTracker:
 
         calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
 
+        deferred = {} if self.lane is None else {"defer": self.lane.names}
+
         def skipping(snapshot: Any) -> Any:
+            # Deferred, the replay reads its calibration in the lane: the cycle spares the read.
+            handed = None if deferred else calibration.get(now=float(snapshot.now))
             return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object),
-                        calibration=calibration.get(now=float(snapshot.now)))
+                        calibration=handed, **deferred)
 
         return skipping
 
     def observe(self, snapshot: Any, estimates: Any, now: float) -> dict[str, int]:
         """Run steps 1 to 3 for one cycle; return how many forecasts and outcomes were recorded."""
         recorded = self._record_new(snapshot, estimates, now)
+        if self.lane is not None:
+            self.lane.offer(snapshot, estimates, now)  # hands it over; the replay runs in the lane's thread
         outcomes = self._derive_outcomes(snapshot, now)
         if now - self.last_verdict >= self.verdict_every:
             from vecsched.core.promotion import store_verdict
@@ -118,6 +135,8 @@ class ForecastTracker:
         for k, rid, g, e in zip(new.tolist(), ids[new].tolist(), gentype.tolist(), expiry.tolist()):
             rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
         self.recorder.record_forecasts(rows, now=now)
+        if self.lane is not None and estimates.deferred is not None:  # else the replay ran in this estimate
+            self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now)
         added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool)}, index=ids[new])
         self.tracked = pd.concat([self.tracked, added]) if len(self.tracked) else added
         return len(new)

@@ -385,6 +385,7 @@ def run_service(
     install_signals: bool = True,
     estimate: Callable[[Snapshot], Any] | None = None,
     observe: Callable[[CycleReport, Any, Any], None] | None = None,
+    replay_every: float | None = None,
 ) -> None:
     """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -408,6 +409,10 @@ def run_service(
         Whether SIGINT/SIGTERM stop the service (main thread only).
     estimate : callable, optional
         ``estimate(snapshot) -> Estimates``; default :func:`vecsched.estimate`.
+    replay_every : float, optional
+        Run ``dispatch-replay-v1`` (when registered) off the cycle, in a
+        :class:`~vecsched.service.replay_lane.ReplayLane` thread, at most once
+        per this many seconds; None (default): inside every cycle's estimate.
 
     Examples
     --------
@@ -421,9 +426,12 @@ def run_service(
     from apscheduler.schedulers.background import BackgroundScheduler
 
     stop = threading.Event() if stop is None else stop
+    tracker = forecast_tracker(store, replay_every=replay_every)
+    if tracker.lane is not None:
+        tracker.lane.start()
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        _CycleWithHint(interval=interval, estimate=estimate, observe=observe, forecasts=forecast_tracker(store)),
+        _CycleWithHint(interval=interval, estimate=estimate, observe=observe, forecasts=tracker),
         "interval",
         seconds=interval,
         args=(load, store, clock),
@@ -446,18 +454,23 @@ def run_service(
         # Let a running cycle finish: it either switches its pointer or not,
         # so stopping never leaves a half-published cycle visible.
         scheduler.shutdown(wait=True)
+        if tracker.lane is not None:
+            tracker.lane.stop()  # a replay running finishes and records first
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("vecsched job stopped")
 
 
-def forecast_tracker(store: Store) -> Any:
+def forecast_tracker(store: Store, *, replay_every: float | None = None) -> Any:
     """The :class:`~vecsched.service.forecast_job.ForecastTracker` recording into ``store``'s Redis or database.
 
     Parameters
     ----------
     store : Store
         The publication store; forecasts go to the same Redis (prefix) or database.
+    replay_every : float, optional
+        Seconds between replays off the cycle (a :class:`~vecsched.service.replay_lane.ReplayLane`,
+        not started); None: no lane, the replay (when registered) runs inside every cycle.
 
     Returns
     -------
@@ -468,10 +481,20 @@ def forecast_tracker(store: Store) -> Any:
     >>> from vecsched.service.store.sql import SQLStore
     >>> type(forecast_tracker(SQLStore("sqlite://"))).__name__
     'ForecastTracker'
+    >>> forecast_tracker(SQLStore("sqlite://"), replay_every=60.0).lane.every
+    60.0
     """
     from vecsched.service.forecast_job import ForecastTracker, recorder_for
 
-    return ForecastTracker(recorder_for(store))
+    recorder = recorder_for(store)
+    if replay_every is None:
+        return ForecastTracker(recorder)
+    from vecsched.core.replay import NAME
+    from vecsched.service.replay_calibration import ReplayCalibration
+    from vecsched.service.replay_lane import ReplayLane
+
+    lane = ReplayLane(recorder, (NAME,), replay_every, ReplayCalibration(recorder.backend, window=recorder.window))
+    return ForecastTracker(recorder, lane=lane)
 
 
 def _utcnow() -> Any:
