@@ -51,3 +51,16 @@ def test_binned_and_dominance_sums_equal_the_pairs(seed: int, read: str, monkeyp
                                                         item_x, weights))
     got = dominance_sums(**common, query_level=query_level, item_level=item_level)
     assert np.array_equal(got, _brute(sets, query_row, query_level, query_x, item_col, item_level, item_x, weights))
+
+
+def test_compact_cuts_to_a_row_major_matrix() -> None:
+    # Every read gathers rows of the cut matrix; gathered from a column-major one, each cell was a
+    # cache line of its own, which made the 20,000 x 1,000,000 stage about 3x slower (same sums).
+    rng = np.random.default_rng(0)
+    matrix = rng.random((50, 40)) < 0.5
+    query_row = rng.integers(0, 50, 30)
+    item_col = rng.choice([1, 5, 7, 30], 100)
+    cut, local_row, local_col = stall_sums._compact(stall_sums.row_sets(matrix), query_row, item_col)
+    assert cut.matrix.flags.c_contiguous
+    assert cut.matrix.shape == (len(np.unique(query_row)), 4)
+    np.testing.assert_array_equal(cut.matrix[local_row, local_col[:30]], matrix[query_row, item_col[:30]])

@@ -368,15 +368,15 @@ def _table_plans(key_bits: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray
     table rows ``rows[starts[i]:...]``, and ``n_having[j - 1]`` keys have a
     j-th pair (a prefix of ``keys``), as in :func:`or_rows_by_pairs`.
     """
-    key, run = np.nonzero(key_bits)  # sorted by key, then run
-    table_row = (run % RUNS_PER_TABLE) * 256 + key_bits[key, run].astype(np.intp)
-    table = run // RUNS_PER_TABLE
-    order = np.argsort(table, kind="stable")  # still by key within a table
-    key, table_row, table = key[order], table_row[order], table[order]
-    bounds = np.searchsorted(table, np.arange(-(-key_bits.shape[1] // RUNS_PER_TABLE) + 1))
     plans = []
-    for t in np.flatnonzero(np.diff(bounds)):
-        k, rows = key[bounds[t] : bounds[t + 1]], table_row[bounds[t] : bounds[t + 1]]
+    # Table by table, each block's pairs come out sorted by key, then run: no sort of every pair by
+    # table and no gather over the whole matrix (at 20,000 x 400,000, 10M pairs: 2.0 s -> 0.37 s).
+    for t in range(-(-key_bits.shape[1] // RUNS_PER_TABLE)):  # tables, not keys: a few dozen
+        block = key_bits[:, t * RUNS_PER_TABLE : (t + 1) * RUNS_PER_TABLE]
+        k, run = np.nonzero(block)
+        if len(k) == 0:
+            continue
+        rows = run * 256 + block[k, run].astype(np.intp)
         starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
         counts = np.diff(np.r_[starts, len(k)])
         by_count = np.argsort(-counts, kind="stable")
