@@ -322,3 +322,19 @@ def test_row_words_evaluate_special_rows_when_their_workers_were_not_kept(doc: d
         np.testing.assert_array_equal(kept.row, lazy.row)
         rows = np.unique(kept.row)
         np.testing.assert_array_equal(lazy.row_words(rows), kept.row_words(rows))
+
+
+@given(data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_queue_order_is_the_stable_argsort(data: st.DataObject) -> None:
+    # Distinct positions take the scatter; ties, negatives and spread-out ones the sort.
+    n = data.draw(st.integers(0, 40))
+    kind = data.draw(st.sampled_from(["subset of a permutation", "any integers", "floats"]))
+    if kind == "subset of a permutation":
+        total = n + data.draw(st.integers(0, 5000))
+        position = np.array(data.draw(st.permutations(range(total)))[:n], dtype=np.int64)
+    elif kind == "any integers":
+        position = np.array(data.draw(st.lists(st.integers(-3, 10**5), min_size=n, max_size=n)), dtype=np.int64)
+    else:
+        position = np.array(data.draw(st.lists(st.floats(0, 50), min_size=n, max_size=n)))
+    np.testing.assert_array_equal(F.queue_order(position), np.argsort(position, kind="stable"))

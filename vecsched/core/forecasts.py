@@ -220,7 +220,7 @@ class CompatibleQueueV1:
         inp = eligibility
         start, completion = _unknown(len(inp))
         for queue in inp.queues:
-            rows = queue.rows[np.argsort(inp.position[queue.rows], kind="stable")]
+            rows = queue.rows[queue_order(inp.position[queue.rows])]
             if len(rows) == 0:
                 continue
             jobs_through = np.cumsum(inp.n[rows])
@@ -270,6 +270,31 @@ class EligibleShareV1:
         return provisional(start, completion, inp.seconds_left)
 
 
+def queue_order(position: np.ndarray) -> np.ndarray:
+    """``np.argsort(position, kind="stable")``, by one scatter when the positions are distinct.
+
+    The estimate's positions are a permutation of the cycle's requests, so a
+    gentype's are distinct integers below the cycle's count: each is its own
+    slot of a table, read in order (0.23 ms against 1.07 ms of CPU for a stable
+    sort of 20,000 of 49,000). Anything else (ties, negatives, floats, or
+    positions spread over more than 16 slots per request) is sorted.
+
+    Examples
+    --------
+    >>> queue_order(np.array([7, 2, 5])).tolist(), queue_order(np.array([1, 0, 1])).tolist()
+    ([1, 2, 0], [1, 0, 2])
+    """
+    n = len(position)
+    if n == 0 or position.dtype.kind not in "iu" or position.min() < 0 or position.max() >= 16 * n + 4096:
+        return np.argsort(position, kind="stable")
+    slot = np.full(int(position.max()) + 1, -1, dtype=np.int64)
+    slot[position] = np.arange(n)
+    order = slot[slot >= 0]
+    if len(order) != n:  # ties: a slot kept one of them
+        return np.argsort(position, kind="stable")
+    return order
+
+
 def shared_work_ahead(
     inp: ForecastInputs, queue: GentypeQueue, wanted: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +313,7 @@ def shared_work_ahead(
     if len(masks) == 0 or not asked.any():
         return out[0], out[1]
     threads = worker_threads.astype(np.float64)
-    order = np.argsort(inp.position[rows], kind="stable")
+    order = queue_order(inp.position[rows])
     # Requests behind the last one asked charge nobody who is asked.
     order = order[: int(np.flatnonzero(asked[order])[-1]) + 1]
     ranked = _RankedQueue(
