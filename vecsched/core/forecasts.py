@@ -402,7 +402,8 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     Cost: the requests x workers (the carry) plus the asked x block size x workers.
     Its products are many and small: the estimate runs them on one BLAS thread
     (vecsched.core.threads; 20x the CPU time at 20,000 x 100,000 on two, docs/speed.md,
-    "Forecasts at scale").
+    "Forecasts at scale"). Each product keeps its operands' shapes and memory layouts: a
+    transposed copy of the same numbers gives other last bits (docs/speed.md, round seven).
     """
     n, n_asked = len(q.set_of), len(q.asked)
     out = np.zeros((2, n_asked))
