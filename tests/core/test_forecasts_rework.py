@@ -109,6 +109,52 @@ def test_the_cost_rule_picks_sets_for_a_few_new_requests_and_blocks_for_all() ->
         assert picked[1] == ["sets"]  # one new request: one row of products
 
 
+@pytest.mark.parametrize("share", [None, 0.05])
+def test_blocks_make_the_same_floating_point_operations_as_the_loop_of_round_six(share: float | None) -> None:
+    # Round seven takes a block whose every row is asked as it is (no row copy, one triangle): the
+    # products and their operands are unchanged, so the sums are equal bit for bit, not only close.
+    snapshot = synthetic.horde(workers=60, requests=1500, seed=5)
+    rng = np.random.default_rng(5)
+    for inp, new, _ in _queues(snapshot):
+        wanted = None if share is None else rng.random(len(new.rows)) < share
+        seen: list[Any] = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(F, "BLOCK_ROWS", 4)
+            record = lambda q: seen.append(q) or np.zeros((2, len(q.asked)))  # noqa: E731
+            mp.setattr(F, "_by_sets", record)
+            mp.setattr(F, "_by_blocks", record)
+            F.shared_work_ahead(inp, new, wanted)
+        (q,) = seen
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(F, "BLOCK_ROWS", 4)
+            got, want = F._by_blocks(q), _by_blocks_round_six(q)
+        np.testing.assert_array_equal(got, want)
+        assert want.any()
+
+
+def _by_blocks_round_six(q: Any) -> np.ndarray:
+    """:func:`vecsched.core.forecasts._by_blocks` as it was before round seven (ee7f8ad)."""
+    n, n_asked = len(q.set_of), len(q.asked)
+    out = np.zeros((2, n_asked))
+    carry = np.zeros((q.masks.shape[1], 2))
+    size = F._block_size(q)
+    safe_set = np.maximum(q.set_of, 0)
+    bounds = np.searchsorted(q.asked, np.arange(0, n + size, size))
+    for b, first in enumerate(range(0, n, size)):
+        last = min(first + size, n)
+        units = q.units[:, first:last].T
+        block = q.masks[safe_set[first:last]].astype(np.float64)
+        lo, hi = bounds[b], bounds[b + 1]
+        if hi > lo:
+            local = q.asked[lo:hi] - first
+            mine = block[local] * q.threads
+            shared = mine @ block.T
+            shared[np.arange(last - first)[None, :] >= local[:, None]] = 0
+            out[:, lo:hi] = (mine @ carry + shared @ units).T
+        carry += block.T @ units
+    return out
+
+
 # -- the computation before the rework ------------------------------------------------------
 
 
@@ -276,3 +322,19 @@ def test_row_words_evaluate_special_rows_when_their_workers_were_not_kept(doc: d
         np.testing.assert_array_equal(kept.row, lazy.row)
         rows = np.unique(kept.row)
         np.testing.assert_array_equal(lazy.row_words(rows), kept.row_words(rows))
+
+
+@given(data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_queue_order_is_the_stable_argsort(data: st.DataObject) -> None:
+    # Distinct positions take the scatter; ties, negatives and spread-out ones the sort.
+    n = data.draw(st.integers(0, 40))
+    kind = data.draw(st.sampled_from(["subset of a permutation", "any integers", "floats"]))
+    if kind == "subset of a permutation":
+        total = n + data.draw(st.integers(0, 5000))
+        position = np.array(data.draw(st.permutations(range(total)))[:n], dtype=np.int64)
+    elif kind == "any integers":
+        position = np.array(data.draw(st.lists(st.integers(-3, 10**5), min_size=n, max_size=n)), dtype=np.int64)
+    else:
+        position = np.array(data.draw(st.lists(st.floats(0, 50), min_size=n, max_size=n)))
+    np.testing.assert_array_equal(F.queue_order(position), np.argsort(position, kind="stable"))

@@ -222,7 +222,7 @@ class CompatibleQueueV1:
         inp = eligibility
         start, completion = _unknown(len(inp))
         for queue in inp.queues:
-            rows = queue.rows[np.argsort(inp.position[queue.rows], kind="stable")]
+            rows = queue.rows[queue_order(inp.position[queue.rows])]
             if len(rows) == 0:
                 continue
             jobs_through = np.cumsum(inp.n[rows])
@@ -272,6 +272,31 @@ class EligibleShareV1:
         return provisional(start, completion, inp.seconds_left)
 
 
+def queue_order(position: np.ndarray) -> np.ndarray:
+    """``np.argsort(position, kind="stable")``, by one scatter when the positions are distinct.
+
+    The estimate's positions are a permutation of the cycle's requests, so a
+    gentype's are distinct integers below the cycle's count: each is its own
+    slot of a table, read in order (0.23 ms against 1.07 ms of CPU for a stable
+    sort of 20,000 of 49,000). Anything else (ties, negatives, floats, or
+    positions spread over more than 16 slots per request) is sorted.
+
+    Examples
+    --------
+    >>> queue_order(np.array([7, 2, 5])).tolist(), queue_order(np.array([1, 0, 1])).tolist()
+    ([1, 2, 0], [1, 0, 2])
+    """
+    n = len(position)
+    if n == 0 or position.dtype.kind not in "iu" or position.min() < 0 or position.max() >= 16 * n + 4096:
+        return np.argsort(position, kind="stable")
+    slot = np.full(int(position.max()) + 1, -1, dtype=np.int64)
+    slot[position] = np.arange(n)
+    order = slot[slot >= 0]
+    if len(order) != n:  # ties: a slot kept one of them
+        return np.argsort(position, kind="stable")
+    return order
+
+
 def shared_work_ahead(
     inp: ForecastInputs, queue: GentypeQueue, wanted: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +315,7 @@ def shared_work_ahead(
     if len(masks) == 0 or not asked.any():
         return out[0], out[1]
     threads = worker_threads.astype(np.float64)
-    order = np.argsort(inp.position[rows], kind="stable")
+    order = queue_order(inp.position[rows])
     # Requests behind the last one asked charge nobody who is asked.
     order = order[: int(np.flatnonzero(asked[order])[-1]) + 1]
     ranked = _RankedQueue(
@@ -379,24 +404,30 @@ def _by_blocks(q: _RankedQueue) -> np.ndarray:
     Cost: the requests x workers (the carry) plus the asked x block size x workers.
     Its products are many and small: the estimate runs them on one BLAS thread
     (vecsched.core.threads; 20x the CPU time at 20,000 x 100,000 on two, docs/speed.md,
-    "Forecasts at scale").
+    "Forecasts at scale"). Each product keeps its operands' shapes and memory layouts: a
+    transposed copy of the same numbers gives other last bits (docs/speed.md, round seven).
     """
     n, n_asked = len(q.set_of), len(q.asked)
     out = np.zeros((2, n_asked))
     carry = np.zeros((q.masks.shape[1], 2))  # per worker: units ahead whose set holds it
     size = _block_size(q)
     safe_set = np.maximum(q.set_of, 0)
+    # Rows gathered as bytes by np.take: 10-30% less CPU than boolean fancy indexing (round seven).
+    mask_bytes = q.masks.view(np.uint8)
     bounds = np.searchsorted(q.asked, np.arange(0, n + size, size))
+    behind = np.arange(size)[None, :] >= np.arange(size)[:, None]  # a whole block's [i, j]: j not ahead of i
     for b, first in enumerate(range(0, n, size)):
         last = min(first + size, n)
         units = q.units[:, first:last].T  # (block, 2); 0 for uncharged requests
-        block = q.masks[safe_set[first:last]].astype(np.float64)
+        block = np.take(mask_bytes, safe_set[first:last], axis=0).astype(np.float64)
         lo, hi = bounds[b], bounds[b + 1]
         if hi > lo:
+            # Every row asked (the usual block when all are forecast): the block itself, no row copy.
+            whole = hi - lo == size
             local = q.asked[lo:hi] - first
-            mine = block[local] * q.threads  # (asked in block, workers)
+            mine = (block if whole else block[local]) * q.threads  # (asked in block, workers)
             shared = mine @ block.T  # exact integers
-            shared[np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
+            shared[behind if whole else np.arange(last - first)[None, :] >= local[:, None]] = 0  # only j ahead of i
             out[:, lo:hi] = (mine @ carry + shared @ units).T
         carry += block.T @ units
     return out
