@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 from vecsched.cli import main
+from vecsched.core.promotion import estimator_stats
 from vecsched.simulate import scenario
 from vecsched.simulate.accuracy import run
 from vecsched.simulate.production import FirstSightings
@@ -49,3 +50,52 @@ def test_cli_writes_promotion_json_pooled_over_seeds(tmp_path, capsys) -> None:
     entry = doc["estimators"]["eligible-share-v1"]
     assert entry["approved"] is False and entry["text"]["start"]["enough_pairs"] is False
     assert "promotion, one forecast per request" in capsys.readouterr().out
+
+
+def test_a_late_estimator_is_scored_from_the_first_sighting_at_its_own_cadence() -> None:
+    """``late``/``every``: the estimator's forecasts come only from snapshots ``every`` seconds apart."""
+    late_name = "eligible-share-v1"
+    sightings = FirstSightings(late=(late_name,), every=60.0)
+    first_seen: dict[str, float] = {}
+    rows: dict[tuple[float, str], dict] = {}
+
+    def watch(snapshot, estimates):
+        now = float(snapshot.now)
+        for k, rid in enumerate(estimates.request_id.tolist()):
+            first_seen.setdefault(rid, now)
+            rows[now, rid] = estimates.forecasts[late_name].row(k)
+        sightings(snapshot, estimates)
+
+    result = run(scenario("steady", text_workers=8, image_workers=4), 6, 3, every=30, warmup=60, tail=300,
+                 on_snapshot=watch)
+    times = sorted({t for t, _ in rows})
+    ticks = times[::2]  # 60 s apart, snapshots every 30 s
+    pairs = sightings.outcomes(result.sim)
+    made = {p.request_id: p for p in pairs if p.phase == "forecast" and p.estimator == late_name}
+    assert set(made) == set(first_seen)
+    assert all(p.at == first_seen[rid] for rid, p in made.items())  # the true first sighting, never the making
+    late_s = {rid: p.observed for rid, p in made.items()}
+    assert set(late_s.values()) == {0.0, 30.0}
+    for rid, late in late_s.items():
+        assert first_seen[rid] + late in ticks
+    others = [p for p in pairs if p.phase == "forecast" and p.estimator == "compatible-queue-v1"]
+    assert others and all(p.observed == 0.0 for p in others)
+    # A late start p50 is the tick's forecast moved onto the first sighting's clock, or a miss (None)
+    # when the request had left the queue (or started) before the tick.
+    checked = missed = 0
+    for p in pairs:
+        if p.estimator != late_name or p.phase != "start" or late_s[p.request_id] == 0.0:
+            continue
+        tick = first_seen[p.request_id] + late_s[p.request_id]
+        row = rows.get((tick, p.request_id))
+        if row is None or p.at < tick:
+            assert p.p50 is None
+            missed += 1
+        else:
+            want = row["start_p50"]
+            assert p.p50 == (None if want is None else want + late_s[p.request_id])
+            checked += want is not None
+    assert checked and missed
+    stats = estimator_stats(pairs)
+    assert 0.0 < stats[late_name]["text"]["start"]["late_share"] < 1.0
+    assert stats["compatible-queue-v1"]["text"]["start"]["late_share"] == 0.0

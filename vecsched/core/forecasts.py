@@ -38,6 +38,9 @@ from vecsched.core.groups import unique_rows, unpack_words
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 FORECAST_FIELDS = ("start_p50", "start_p90", "completion_p50", "completion_p90", "predicted_stall")
+# The forecast recorded for a request owed a late forecast (an estimator run off the main cycle) that left
+# the queue before that estimator reached it: every p50 and p90 unknown, so it scores as a miss.
+MISSED = {**{name: None for name in FORECAST_FIELDS[:4]}, "predicted_stall": False, "missed": True}
 P90_FLOOR_SECONDS = 60.0
 P90_SHARE = 0.5
 # Floats per temporary block of the eligible-share sums.

@@ -31,13 +31,10 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from vecsched.core.forecasts import ESTIMATORS, FORECAST_FIELDS
+from vecsched.core.forecasts import ESTIMATORS, MISSED
 from vecsched.core.pairing import ForecastRecorder
 
 log = logging.getLogger("vecsched.forecasts")
-
-MISSED = {**{name: None for name in FORECAST_FIELDS[:4]}, "predicted_stall": False, "missed": True}
-"""The forecast recorded for an owed request that left the queue before the replay reached it."""
 
 
 class ReplayLane:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vecsched.core.forecasts import baseline_forecasts
+from vecsched.core.forecasts import MISSED, baseline_forecasts
 from vecsched.core.pairing import ForecastRecorder, MemoryPairs, Pair
 from vecsched.core.promotion import promotion_document
 from vecsched.snapshot.schema import GENTYPES
@@ -30,32 +30,74 @@ from vecsched.snapshot.schema import GENTYPES
 
 @dataclass
 class FirstSightings:
-    """An ``on_snapshot`` callback of :func:`vecsched.simulate.run` recording each request's first forecast."""
+    """An ``on_snapshot`` callback of :func:`vecsched.simulate.run` recording each request's first forecast.
+
+    ``late`` names estimators run off the main cycle, as ``vecsched run
+    --replay-every`` runs the replay: their forecasts are taken only from
+    snapshots at least ``every`` seconds apart, and a request first seen in
+    between is owed one, recorded at the next such snapshot with its true
+    first sighting and ``late_s`` (missed, all p50s unknown, if it no longer
+    waits then). Requests still owed when the run ends are recorded as missed
+    at the last snapshot: a later replay might have reached them, so this errs
+    against the late estimator, never for it.
+
+    Examples
+    --------
+    >>> FirstSightings(late=("dispatch-replay-v1",), every=60.0).every
+    60.0
+    """
 
     recorder: ForecastRecorder = field(default_factory=lambda: ForecastRecorder(MemoryPairs()))
     seen: set[str] = field(default_factory=set)
     expiry: dict[str, float] = field(default_factory=dict)
+    late: tuple[str, ...] = ()
+    every: float = 0.0
+    owed: dict[str, tuple[float, str, float]] = field(default_factory=dict)  # id -> (first seen, gentype, expiry)
+    _last_late: float = -math.inf
+    _last_now: float = -math.inf
 
     def __call__(self, snapshot: Any, estimates: Any) -> None:
         import pandas as pd
 
         ids = estimates.request_id
+        now = float(snapshot.now)
+        self._last_now = now
         new = np.flatnonzero(~pd.Index(ids).isin(list(self.seen)))
-        if len(new) == 0:
-            return
         named = {**estimates.forecasts, **baseline_forecasts(estimates)}
-        gentype = np.asarray(GENTYPES, dtype=object)[estimates.columns["gentype"][new].astype(np.int64)]
-        expiry = snapshot.requests.expiry[estimates.request_index[new]]
-        rows = []
-        for k, g, e in zip(new.tolist(), gentype.tolist(), expiry.tolist()):
-            rid = str(ids[k])
-            self.seen.add(rid)
-            self.expiry[rid] = e
-            rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
-        self.recorder.record_forecasts(rows, now=float(snapshot.now))
+        late = {name: named.pop(name) for name in self.late if name in named}
+        if len(new):
+            gentype = np.asarray(GENTYPES, dtype=object)[estimates.columns["gentype"][new].astype(np.int64)]
+            expiry = snapshot.requests.expiry[estimates.request_index[new]]
+            rows = []
+            for k, g, e in zip(new.tolist(), gentype.tolist(), expiry.tolist()):
+                rid = str(ids[k])
+                self.seen.add(rid)
+                self.expiry[rid] = e
+                rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
+                if self.late:
+                    self.owed[rid] = (now, g, e)
+            self.recorder.record_forecasts(rows, now=now)
+        if late and now - self._last_late >= self.every:
+            self._last_late = now
+            self._record_owed(pd.Index(ids), late, now)
+
+    def _record_owed(self, ids: Any, late: dict[str, Any], now: float) -> None:
+        """Every owed request's late forecasts, made at ``now`` (missed where ``ids`` no longer hold it)."""
+        if not self.owed:
+            return
+        owed = list(self.owed)
+        at = ids.get_indexer(owed).tolist() if len(ids) else [-1] * len(owed)
+        rows = [(rid, self.owed[rid][1], self.owed[rid][2],
+                 {name: (f.row(k) if k >= 0 else MISSED) for name, f in late.items()}) for rid, k in zip(owed, at)]
+        self.recorder.record_forecasts(rows, now=now, first_seen=[self.owed[rid][0] for rid in owed])
+        self.owed.clear()
 
     def outcomes(self, sim: Any) -> list[Pair]:
         """Record what the simulation says happened to every request seen; return all pairs."""
+        if self.owed:
+            import pandas as pd
+
+            self._record_owed(pd.Index([]), {name: None for name in self.late}, self._last_now)
         events = []
         for rid in sorted(self.seen):
             r = sim.requests[rid]

@@ -58,13 +58,15 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
 class _Sightings:
     """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads.
 
-    The first forecasts of the estimators named in ``views`` go under the row's ``views`` key.
+    The first forecasts of the estimators named in ``views`` go under the row's ``views`` key (as
+    computed at the first sighting, whatever ``replay_every`` is). ``replay_every``: seconds between
+    the replay's forecasts, as off the main cycle (:class:`FirstSightings`' ``late``); None, every cycle.
     """
 
-    def __init__(self, views: Sequence[str] = ()) -> None:
+    def __init__(self, views: Sequence[str] = (), replay_every: float | None = None) -> None:
         from vecsched.simulate.production import FirstSightings
 
-        self.inner = FirstSightings()
+        self.inner = FirstSightings() if replay_every is None else FirstSightings(late=(NAME,), every=replay_every)
         self.rows: dict[str, dict[str, Any]] = {}
         self.views = tuple(views)
 
@@ -133,7 +135,8 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
 
 def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None,
                 views: Sequence[Callable[[Any], Any]] = (),
-                changes: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                changes: Mapping[str, Any] | None = None,
+                replay_every: float | None = None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
@@ -143,6 +146,9 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
     estimator registered beside the replay for that run (another view of the
     future); their first forecasts go into the dump (``views`` of each row).
     ``changes``: ``ReplaySettings`` fields to set (the command line's ``--set``).
+    ``replay_every``: the replay's forecasts made off the main cycle, at most once per that many
+    seconds (``vecsched run --replay-every``): late ones scored from the first sighting, their share
+    in each series' ``late_share``. None: every cycle (the default).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
@@ -162,7 +168,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
             settings = replace(ReplaySettings(), **(changes or {}), cancel_hazard=learned)
             register(DispatchReplayV1(settings=settings))
             extra = [register(view(settings)) for view in views]
-            sightings = _Sightings([v.name for v in extra])
+            sightings = _Sightings([v.name for v in extra], replay_every=replay_every)
             result = run(name, minutes, seed, on_snapshot=sightings)
             pooled.extend(seeded(sightings.outcomes(result.sim), seed))
             sighted.update({f"{seed}:{k}": v for k, v in sightings.replay_rows().items()})
@@ -210,9 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dump", help="pickle of the plain pairs and first forecasts (for rescoring)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a ReplaySettings field, as a Python literal (e.g. spread=1,9)")
+    parser.add_argument("--replay-every", type=float, metavar="SECONDS",
+                        help="the replay off the main cycle, once per SECONDS of simulated time (default: every cycle)")
     args = parser.parse_args(argv)
     changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
-    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes)
+    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes,
+                                replay_every=args.replay_every)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).
