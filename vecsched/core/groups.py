@@ -632,17 +632,6 @@ class StackedRows:
         at = np.asarray(at, dtype=np.int64)
         out = np.empty((len(at), self.parts[0].shape[1]), dtype=self.parts[0].dtype)
         part_of = np.searchsorted(self.offsets, at, side="right") - 1
-        if np.all(part_of[1:] >= part_of[:-1]):
-            # Each part fills one run of ``out``: gathered straight into it. A gathered copy
-            # scattered after (below) doubles the fresh memory, whose page faults cost more
-            # than the copying here (the final distinct rows at 20,000 x 1M: 116 MB).
-            bounds = np.searchsorted(part_of, np.arange(len(self.parts) + 1))
-            for k, part in enumerate(self.parts):
-                a, b = int(bounds[k]), int(bounds[k + 1])
-                if b > a:
-                    # mode="clip": with the default "raise", np.take buffers ``out`` (a copy again).
-                    np.take(part, at[a:b] - self.offsets[k], axis=0, out=out[a:b], mode="clip")
-            return out
         for k, part in enumerate(self.parts):
             mine = np.flatnonzero(part_of == k)
             if len(mine):
