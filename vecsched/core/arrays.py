@@ -211,12 +211,20 @@ def _fixed_width(ids: np.ndarray) -> np.ndarray:
 
     Bytes order ASCII text as code points do, at a quarter of the width of NumPy's
     UCS-4 text: 381,000 tied UUIDs convert in 0.22 s and sort in 0.13 s against
-    0.49 s and 0.18 s as ``str``.
+    0.49 s and 0.18 s as ``str``. Ids of one length (UUIDs) are joined and encoded
+    at once, the same bytes: the 381,736 tied ids of the 20,000 x 1M horde in
+    0.115 s against 0.214 s.
     """
+    text = ids.tolist()
+    width = len(text[0]) if len(text) and isinstance(text[0], str) else 0
     try:
+        if width and (np.fromiter(map(len, text), dtype=np.int64, count=len(text)) == width).all():
+            return np.frombuffer("".join(text).encode("ascii"), dtype=f"S{width}")
         return ids.astype(np.bytes_)
     except UnicodeEncodeError:
         return ids.astype(str)
+    except TypeError:  # not all text: as NumPy converts it
+        return ids.astype(np.bytes_)
 
 
 ArraysT = TypeVar("ArraysT", WorkerArrays, RequestArrays)

@@ -55,7 +55,8 @@ def competition(
         The class of each of ``members``.
     class_takeable : ndarray of uint64, shape (classes, words)
         Bit-packed (see :func:`vecsched.core.groups.pack_words`): the signatures
-        each class could take.
+        each class could take. Rows no member has are ignored (``estimate``
+        passes every distinct takeable row, used or not).
     n_signatures : int
         How many signatures the packed rows hold.
     members : ndarray
