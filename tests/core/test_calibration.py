@@ -125,3 +125,27 @@ def test_the_p90_is_never_below_the_p50(seed: int, n: int, spread: float, bias: 
     ask = np.r_[rng.uniform(0.0, 3000.0, 50), 0.0, np.nan]
     got = _p90(ask, {"pairs": _pairs(p50, observed, threads), "min_pairs": min_pairs, "level": level})
     assert (got[:-1] >= ask[:-1]).all() and math.isnan(got[-1])
+
+
+def test_a_late_forecast_calibrates_as_if_made_on_time():
+    """A forecast made 30 s after the first sighting (its pairs moved onto the first sighting's clock by
+    candidate_pairs) teaches the calibration exactly what the same forecast made on time would."""
+    import json
+
+    from vecsched.core.pairing import candidate_pairs
+
+    rng = np.random.default_rng(5)
+    on_time, late = [], []
+    for k in range(300):
+        p50 = float(rng.uniform(5, 600))
+        started = str(1030.0 + float(rng.uniform(1, 900)))
+        doc = {"start_p50": p50, "start_p90": p50 * 2, "completion_p50": None, "completion_p90": None,
+               "predicted_stall": False, "gentype": "text"}
+        made_at_first_sight = json.dumps({**doc, "forecasted_at": 1030.0})
+        made_late = json.dumps({**doc, "forecasted_at": 1000.0, "late_s": 30.0})  # first seen at 1000
+        on_time += [p for _, p in candidate_pairs(f"r{k}", {"forecast:x": made_at_first_sight, "started_at": started})]
+        late += [p for _, p in candidate_pairs(f"r{k}", {"forecast:x": made_late, "started_at": started})]
+    assert {p.late for p in late} == {30.0} and {p.late for p in on_time} == {0.0}
+    assert np.allclose([p.p50 - 30.0 for p in late if p.phase == "start"], [p.p50 for p in on_time if p.phase == "start"])
+    a, b = C.from_pairs(on_time, min_pairs=1)["pairs"], C.from_pairs(late, min_pairs=1)["pairs"]
+    assert np.allclose(a["p50"], b["p50"]) and np.allclose(a["observed"], b["observed"])

@@ -226,11 +226,14 @@ def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     """
     pairs = list(pairs)
     kept = [p for p in pairs if p.phase in ("start", "completion") and p.p50 is not None]
+    # A late forecast's pair is on the first sighting's clock; its estimator's p50 (which the
+    # calibration widens) is on the making's: learn there, or lateness would narrow every p90.
+    late = np.array([getattr(p, "late", 0.0) for p in kept], dtype=np.float64)
     columns = {
         "gentype": np.array([p.gentype for p in kept], dtype=object),
         "phase": np.array([p.phase for p in kept], dtype=object),
-        "p50": np.array([p.p50 for p in kept], dtype=np.float64),
-        "observed": np.array([p.observed for p in kept], dtype=np.float64),
+        "p50": np.array([p.p50 for p in kept], dtype=np.float64) - late,
+        "observed": np.array([p.observed for p in kept], dtype=np.float64) - late,
     }
     hazard = options.pop("cancel_hazard", None)
     if hazard is None and all(hasattr(p, "request_id") and hasattr(p, "at") for p in pairs):

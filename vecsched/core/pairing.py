@@ -58,12 +58,18 @@ class Pair:
     ``completion``), or 1.0 / 0.0 for an observed stall / none (``stall``);
     the ``forecast`` counter carries how late the forecast was made (seconds
     after the first sighting, 0 when made at it), ``cancelled`` carries 0.
-    ``predicted_stall`` is the forecast's stall prediction.
+    ``predicted_stall`` is the forecast's stall prediction. ``late``: how late
+    the forecast was made, on every pair of it (p50, p90 and ``observed`` are
+    on the first sighting's clock; a calibration learns on the making's clock,
+    where the estimator's own p50 lives, by taking ``late`` off both).
 
     Examples
     --------
     >>> p = Pair("eligible-share-v1", "text", "start", "r1", 10.0, 5.0, 65.0, 7.0, False)
     >>> Pair.from_json(p.estimator, p.gentype, p.phase, p.to_json(), p.at) == p
+    True
+    >>> q = Pair("dispatch-replay-v1", "text", "start", "r1", 10.0, 35.0, 95.0, 37.0, False, late=30.0)
+    >>> Pair.from_json(q.estimator, q.gentype, q.phase, q.to_json(), q.at) == q
     True
     """
 
@@ -76,17 +82,19 @@ class Pair:
     p90: float | None
     observed: float
     predicted_stall: bool
+    late: float = 0.0
 
     def to_json(self) -> str:
-        """The stored member (estimator, gentype and phase live in the key)."""
-        return json.dumps([self.request_id, self.p50, self.p90, self.observed, self.predicted_stall],
-                          separators=(",", ":"))
+        """The stored member (estimator, gentype and phase live in the key; ``late`` only when not 0)."""
+        member = [self.request_id, self.p50, self.p90, self.observed, self.predicted_stall]
+        return json.dumps(member + [self.late] if self.late else member, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, estimator: str, gentype: str, phase: str, text: str | bytes, at: float) -> "Pair":
         """The pair a stored member describes."""
-        rid, p50, p90, observed, stall = json.loads(text)
-        return cls(estimator, gentype, phase, rid, float(at), p50, p90, float(observed), bool(stall))
+        rid, p50, p90, observed, stall, *late = json.loads(text)
+        return cls(estimator, gentype, phase, rid, float(at), p50, p90, float(observed), bool(stall),
+                   float(late[0]) if late else 0.0)
 
 
 @dataclass(frozen=True)
@@ -187,7 +195,7 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
 
         def pair(phase: str, at: float, p50: Any = None, p90: Any = None, observed: float = 0.0) -> tuple[str, Pair]:
             return f"v:{name}:{phase}", Pair(name, gentype, phase, request_id, at, _number(p50), _number(p90),
-                                            observed, stall)
+                                            observed, stall, late)
 
         def seen_from_first(value: Any, outcome_at: float) -> Any:
             # Seconds from the making -> from the first sighting; unknown if the outcome came first.

@@ -47,9 +47,10 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
             rows = [p for p in own if p.phase == phase and p.p50 is not None]
             if not rows:
                 continue
-            p50 = np.array([p.p50 for p in rows], dtype=np.float64)
+            late = np.array([p.late for p in rows], dtype=np.float64)  # p90s on the making's clock, as learned
+            p50 = np.array([p.p50 for p in rows], dtype=np.float64) - late
             gentype = np.array([TEXT if p.gentype == "text" else IMAGE for p in rows])
-            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration)
+            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration) + late
             out += [replace(p, estimator=CALIBRATED, p90=float(v)) for p, v in zip(rows, p90)]
         out += [replace(p, estimator=CALIBRATED) for p in own if p.phase not in ("start", "completion") or p.p50 is None]
     return out
