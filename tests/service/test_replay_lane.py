@@ -199,11 +199,18 @@ def test_an_offer_without_deferred_inputs_is_never_taken() -> None:
     assert lane.offer(snap, vecsched.estimate(snap, defer=(NAME,)), 1000.0)
 
 
-def test_run_service_starts_and_stops_the_lane(tmp_path) -> None:
+def test_run_service_starts_and_stops_the_lane(tmp_path, monkeypatch) -> None:
+    from vecsched.service.replay_lane import ReplayLane
+
+    calls = []
+    for method in ("start", "stop"):
+        real = getattr(ReplayLane, method)
+        monkeypatch.setattr(ReplayLane, method, lambda self, _real=real, _name=method: (calls.append(_name), _real(self)))
     stop = threading.Event()
     stop.set()
     run_service(lambda now: _snapshot(now, []), SQLStore(f"sqlite:///{tmp_path / 's.sqlite'}"), stop=stop,
                 install_signals=False, replay_every=60.0)
+    assert calls == ["start", "stop"]
     assert not [t for t in threading.enumerate() if t.name == "vecsched-replay"]
 
 
@@ -255,3 +262,33 @@ def test_an_estimate_that_cannot_defer_keeps_the_replay_in_the_cycle_and_owes_no
     assert tracker.lane.owed().empty and tracker.lane.run_pending() == 0
     recorded = _forecast(recorder.backend, "a")
     assert recorded["forecasted_at"] == 1000.0 and "late_s" not in recorded
+
+
+def test_the_owed_list_stays_bounded() -> None:
+    """Owed requests are let go once their record is gone (expiry + grace), and all of them when no
+    deferred estimator is registered (nothing could ever record them)."""
+    from vecsched.service.replay_lane import ReplayLane
+
+    lane = ReplayLane(ForecastRecorder(MemoryPairs(), grace=60.0), (NAME,), every=0.0)
+    lane.owe(["a", "b"], ["text", "text"], np.array([1100.0, 2000.0]), 1000.0)
+    lane.owe(["c"], ["text"], np.array([3000.0]), 1161.0)  # a: 1100 + 60 < 1161
+    assert sorted(lane.owed().index) == ["b", "c"]
+    replay.disable()
+    snap = _snapshot(1200.0, [_req("b", 1200.0), _req("c", 1200.0)])
+    assert lane.offer(snap, vecsched.estimate(snap, defer=(NAME,)), 1200.0)
+    assert lane.run_pending() == 0 and len(lane.owed()) == 0
+
+
+def test_an_estimate_that_cannot_defer_runs_the_replay_itself(tmp_path) -> None:
+    """A custom estimate taking forecast_skip and calibration but not defer is called without it."""
+    seen = []
+
+    def custom(snapshot, *, forecast_skip=None, calibration=None):
+        seen.append(forecast_skip is not None)
+        return vecsched.estimate(snapshot, forecast_skip=forecast_skip, calibration=calibration)
+
+    tracker = forecast_tracker(SQLStore(f"sqlite:///{tmp_path / 'c.sqlite'}"), replay_every=60.0)
+    snap = _snapshot(1000.0, [_req("a", 1000.0)])
+    estimates = tracker.wrap(custom)(snap)
+    assert seen == [True] and estimates.deferred is None and NAME in estimates.forecasts
+    assert not tracker.lane.offer(snap, estimates, 1000.0)

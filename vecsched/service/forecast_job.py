@@ -89,17 +89,19 @@ class ForecastTracker:
 
         base = core_estimate if estimate is None else estimate
         try:
-            takes_skip = "forecast_skip" in inspect.signature(base).parameters
+            parameters = inspect.signature(base).parameters
         except (TypeError, ValueError):
-            takes_skip = False
-        if not takes_skip:
+            parameters = {}
+        if "forecast_skip" not in parameters:
             return base
+        # An estimate that cannot defer runs every estimator itself; the lane is then never offered inputs.
+        takes_defer = "defer" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
         from vecsched.service.replay_calibration import ReplayCalibration
 
         calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
 
-        deferred = {} if self.lane is None else {"defer": self.lane.names}
+        deferred = {"defer": self.lane.names} if self.lane is not None and takes_defer else {}
 
         def skipping(snapshot: Any) -> Any:
             # Deferred, the replay reads its calibration in the lane: the cycle spares the read.

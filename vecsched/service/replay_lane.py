@@ -76,12 +76,17 @@ class ReplayLane:
         self._thread: threading.Thread | None = None
 
     def owe(self, ids: Sequence[str], gentype: Sequence[str], expiry: np.ndarray, now: float) -> None:
-        """Requests first seen waiting by the cycle at ``now``: each is owed one forecast of every deferred name."""
+        """Requests first seen waiting by the cycle at ``now``: each is owed one forecast of every deferred name.
+
+        Requests owed past their expiry and the recorder's grace are let go: their record is gone from
+        the store, so no forecast of them could be written (this bounds the list when replays fail).
+        """
         added = pd.DataFrame({"first_seen": np.full(len(ids), float(now)), "gentype": list(gentype),
                               "expiry": np.asarray(expiry, dtype=float)}, index=pd.Index(ids, dtype=object))
         with self._lock:
-            added = added[~added.index.isin(self._owed.index)]
-            self._owed = pd.concat([self._owed, added]) if len(self._owed) else added
+            owed = self._owed[self._owed["expiry"].to_numpy() + self.recorder.grace >= now]
+            added = added[~added.index.isin(owed.index)]
+            self._owed = pd.concat([owed, added]) if len(owed) else added
 
     def owed(self) -> pd.DataFrame:
         """The requests still owed a forecast: first sighting, gentype and expiry by request id."""
@@ -123,6 +128,9 @@ class ReplayLane:
         with self._lock:
             # Owed by cycles up to this one: a later cycle's sightings wait for a later replay.
             owed = self._owed[self._owed["first_seen"].to_numpy() <= now]
+        if len(owed) and not forecasts:  # no deferred name is registered: nothing will ever be recorded
+            with self._lock:
+                self._owed = self._owed.drop(owed.index)
         if len(owed) == 0 or not forecasts:
             return 0
         at = pd.Index(estimates.request_id).get_indexer(owed.index)
