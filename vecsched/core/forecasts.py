@@ -505,6 +505,27 @@ def forecast_inputs(
     )
 
 
+def owed_forecast_rows(
+    owed_ids: list[str], gentype: list[str], expiry: list[float], waiting_ids: Any, forecasts: Mapping[str, Any],
+) -> list[tuple[str, str, float, dict[str, Any]]]:
+    """The rows :meth:`~vecsched.core.pairing.ForecastRecorder.record_forecasts` takes for requests owed a late forecast.
+
+    Each owed request gets every forecast of ``forecasts`` (their rows line up
+    with ``waiting_ids``, the requests of the snapshot the late estimators ran
+    on), or :data:`MISSED` where that snapshot no longer holds it. One rule for
+    the service's replay lane and the simulator's scoring of it.
+
+    Examples
+    --------
+    >>> rows = owed_forecast_rows(["gone"], ["text"], [900.0], [], {"dispatch-replay-v1": None})
+    >>> rows[0][3]["dispatch-replay-v1"]["missed"]
+    True
+    """
+    at = pd.Index(waiting_ids).get_indexer(owed_ids) if len(waiting_ids) else np.full(len(owed_ids), -1)
+    return [(rid, g, e, {name: (f.row(k) if k >= 0 else MISSED) for name, f in forecasts.items()})
+            for rid, g, e, k in zip(owed_ids, gentype, expiry, at.tolist())]
+
+
 def baseline_forecasts(estimates: Any) -> dict[str, Any]:
     """The published figures scored as forecasts, beside the estimators (no p90, no stall prediction).
 

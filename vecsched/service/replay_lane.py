@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from vecsched.core.forecasts import ESTIMATORS, MISSED
+from vecsched.core.forecasts import ESTIMATORS, owed_forecast_rows
 from vecsched.core.pairing import ForecastRecorder
 
 log = logging.getLogger("vecsched.forecasts")
@@ -133,12 +133,8 @@ class ReplayLane:
                 self._owed = self._owed.drop(owed.index)
         if len(owed) == 0 or not forecasts:
             return 0
-        at = pd.Index(estimates.request_id).get_indexer(owed.index)
-        rows = []
-        for rid, k, gentype, expiry in zip(owed.index.tolist(), at.tolist(), owed["gentype"].tolist(),
-                                           owed["expiry"].tolist()):
-            by_name = {name: (f.row(k) if k >= 0 else MISSED) for name, f in forecasts.items()}
-            rows.append((rid, gentype, expiry, by_name))
+        rows = owed_forecast_rows(owed.index.tolist(), owed["gentype"].tolist(), owed["expiry"].tolist(),
+                                  estimates.request_id, forecasts)
         self.recorder.record_forecasts(rows, now=now, first_seen=owed["first_seen"].to_numpy())
         with self._lock:
             self._owed = self._owed.drop(owed.index)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from vecsched.core.forecasts import MISSED, baseline_forecasts
+from vecsched.core.forecasts import baseline_forecasts, owed_forecast_rows
 from vecsched.core.pairing import ForecastRecorder, MemoryPairs, Pair
 from vecsched.core.promotion import promotion_document
 from vecsched.snapshot.schema import GENTYPES
@@ -86,9 +86,8 @@ class FirstSightings:
         if not self.owed:
             return
         owed = list(self.owed)
-        at = ids.get_indexer(owed).tolist() if len(ids) else [-1] * len(owed)
-        rows = [(rid, self.owed[rid][1], self.owed[rid][2],
-                 {name: (f.row(k) if k >= 0 else MISSED) for name, f in late.items()}) for rid, k in zip(owed, at)]
+        rows = owed_forecast_rows(owed, [self.owed[rid][1] for rid in owed], [self.owed[rid][2] for rid in owed],
+                                  ids, late)
         self.recorder.record_forecasts(rows, now=now, first_seen=[self.owed[rid][0] for rid in owed])
         self.owed.clear()
 
