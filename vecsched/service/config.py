@@ -145,8 +145,9 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     >>> replay_every({"VECSCHED_REPLAY_EVERY": "60"}), replay_every({})
     (60.0, None)
     """
-    import math
+    from argparse import ArgumentTypeError
 
+    from vecsched.arguments import positive_float  # the --replay-every rule, so the two never differ
     from vecsched.errors import UserError
 
     env = os.environ if env is None else env
@@ -154,9 +155,6 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     if not text:
         return None
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise UserError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}")
-    return value
+        return positive_float(text)
+    except ArgumentTypeError:
+        raise UserError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}") from None
