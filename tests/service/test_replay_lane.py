@@ -292,3 +292,20 @@ def test_an_estimate_that_cannot_defer_runs_the_replay_itself(tmp_path) -> None:
     estimates = tracker.wrap(custom)(snap)
     assert seen == [True] and estimates.deferred is None and NAME in estimates.forecasts
     assert not tracker.lane.offer(snap, estimates, 1000.0)
+
+
+def test_requests_still_owed_at_stop_are_recorded_missed() -> None:
+    """At stop, what no replay reached is a miss (as at the end of a simulated run), never left for a
+    restarted job to forecast from a later first sighting."""
+    from vecsched.service.replay_lane import ReplayLane
+
+    backend = MemoryPairs()
+    lane = ReplayLane(ForecastRecorder(backend), (NAME,), every=60.0)
+    lane.owe(["a"], ["text"], np.array([2000.0]), 1000.0)
+    lane.owe(["b"], ["text"], np.array([2000.0]), 1005.0)
+    lane.stop()
+    assert len(lane.owed()) == 0
+    for rid, late in (("a", 5.0), ("b", 0.0)):
+        doc = _forecast(backend, rid)
+        assert doc["missed"] is True and doc["start_p50"] is None
+        assert doc["forecasted_at"] == {"a": 1000.0, "b": 1005.0}[rid] and doc.get("late_s") == late

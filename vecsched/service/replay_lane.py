@@ -147,12 +147,32 @@ class ReplayLane:
         self._thread.start()
 
     def stop(self) -> None:
-        """Let a running replay and the offer taken after it finish (their forecasts are recorded), then end."""
+        """Let a running replay and the offer taken after it finish (their forecasts are recorded), then end.
+
+        Requests still owed are then recorded as missed: no replay of this process will reach them, and
+        a restarted job would otherwise forecast them from a later first sighting, which could only
+        flatter the replay (the simulator's scoring ends a run the same way).
+        """
         self._stopping = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        try:
+            self._record_missed()
+        except Exception as exc:  # noqa: BLE001 - a store failing at shutdown must not stop the job's exit
+            log.warning("owed replay forecasts not recorded at stop: %s", type(exc).__name__)
+
+    def _record_missed(self) -> int:
+        with self._lock:
+            owed, self._owed = self._owed, self._owed.iloc[:0]
+        if len(owed) == 0 or not any(name in ESTIMATORS for name in self.names):
+            return 0
+        rows = owed_forecast_rows(owed.index.tolist(), owed["gentype"].tolist(), owed["expiry"].tolist(), [],
+                                  {name: None for name in self.names if name in ESTIMATORS})
+        self.recorder.record_forecasts(rows, now=float(owed["first_seen"].max()),
+                                       first_seen=owed["first_seen"].to_numpy())
+        return len(rows)
 
     def _loop(self) -> None:
         while True:
