@@ -145,7 +145,7 @@ def test_late_forecasts_are_scored_from_the_first_sighting(store: Any) -> None:
     # started before the late forecast was made: a miss, and no stall pair it could not lose
     assert pairs[(NAME, "early-start", "start")].p50 is None
     assert (NAME, "early-start", "stall") not in pairs and ("x", "early-start", "stall") in pairs
-    assert pairs[(NAME, "on-time", "forecast")].observed == 30.0 and pairs[("x", "on-time", "forecast")].observed == 0.0
+    assert pairs[(NAME, "on-time", "forecast")].late == 30.0 and pairs[("x", "on-time", "forecast")].late == 0.0
     image = read_promotion(recorder.backend, now=t0 + 300, window=86400.0)["estimators"]
     assert image[NAME]["image"]["start"]["late_share"] == 1.0 and image["x"]["image"]["start"]["late_share"] == 0.0
     assert image[NAME]["image"]["start"]["within_tolerance"] == 0.5  # the early start counts as a miss

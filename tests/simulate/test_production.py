@@ -74,12 +74,12 @@ def test_a_late_estimator_is_scored_from_the_first_sighting_at_its_own_cadence()
     made = {p.request_id: p for p in pairs if p.phase == "forecast" and p.estimator == late_name}
     assert set(made) == set(first_seen)
     assert all(p.at == first_seen[rid] for rid, p in made.items())  # the true first sighting, never the making
-    late_s = {rid: p.observed for rid, p in made.items()}
+    late_s = {rid: p.late for rid, p in made.items()}
     assert set(late_s.values()) == {0.0, 30.0}
     for rid, late in late_s.items():
         assert first_seen[rid] + late in ticks
     others = [p for p in pairs if p.phase == "forecast" and p.estimator == "compatible-queue-v1"]
-    assert others and all(p.observed == 0.0 for p in others)
+    assert others and all(p.late == 0.0 for p in others)
     # A late start p50 is the tick's forecast moved onto the first sighting's clock, or a miss (None)
     # when the request had left the queue (or started) before the tick.
     checked = missed = 0

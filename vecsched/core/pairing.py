@@ -56,10 +56,9 @@ class Pair:
 
     ``observed`` is seconds from the first sighting to the outcome (``start``,
     ``completion``), or 1.0 / 0.0 for an observed stall / none (``stall``);
-    the ``forecast`` counter carries how late the forecast was made (seconds
-    after the first sighting, 0 when made at it), ``cancelled`` carries 0.
-    ``predicted_stall`` is the forecast's stall prediction. ``late``: how late
-    the forecast was made, on every pair of it (p50, p90 and ``observed`` are
+    counters carry 0. ``predicted_stall`` is the forecast's stall prediction.
+    ``late``: how late the forecast was made (seconds after the first
+    sighting, 0 when made at it), on every pair of it (p50, p90 and ``observed`` are
     on the first sighting's clock; a calibration learns on the making's clock,
     where the estimator's own p50 lives, by taking ``late`` off both).
 
@@ -174,8 +173,8 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
     >>> [c for c, _ in candidate_pairs("r1", {"forecast:x": fc, "started_at": "112.0"})]
     ['v:x:forecast', 'v:x:start', 'v:x:stall']
     >>> late = json.dumps({**json.loads(fc), "late_s": 10.0})
-    >>> [(p.phase, p.p50, p.observed) for _, p in candidate_pairs("r1", {"forecast:x": late, "started_at": "112.0"})]
-    [('forecast', None, 10.0), ('start', 15.0, 12.0), ('stall', None, 0.0)]
+    >>> [(p.phase, p.p50, p.observed, p.late) for _, p in candidate_pairs("r1", {"forecast:x": late, "started_at": "112.0"})]
+    [('forecast', None, 0.0, 10.0), ('start', 15.0, 12.0, 10.0), ('stall', None, 0.0, 10.0)]
     >>> [(p.phase, p.p50) for _, p in candidate_pairs("r1", {"forecast:x": late, "started_at": "105.0"})]
     [('forecast', None), ('start', None)]
     """
@@ -202,7 +201,7 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
             value = _number(value)
             return None if value is None or outcome_at < made else value + late
 
-        out.append(pair("forecast", at0, observed=late))
+        out.append(pair("forecast", at0))
         # A request already assigned when first forecast has no start (nor stall) to predict.
         started_after = started is not None and started >= at0
         if started_after:

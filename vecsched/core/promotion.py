@@ -145,7 +145,7 @@ def estimator_stats(pairs: Sequence[Any]) -> dict[str, dict[str, Any]]:
             stall = by.get((name, gentype, "stall"), [])
             made = by.get((name, gentype, "forecast"), [])
             forecasts = len(made)
-            late = sum(1 for p in made if p.observed > 0)  # the counter carries late_s
+            late = sum(1 for p in made if p.late > 0)
             expired = sum(1 for p in stall if p.observed >= 1.0)
             cancelled = len(by.get((name, gentype, "cancelled"), []))
             block: dict[str, Any] = {}
