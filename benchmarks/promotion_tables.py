@@ -4,7 +4,9 @@
 
 One row per ``DIR/*/promotion.json`` (a scenario of ``simulate all``, or a
 seed of ``python -m vecsched.simulate.replay_scoring ... -o DIR``), every
-estimator the files hold side by side.
+estimator the files hold side by side. A series whose forecasts were partly
+made after the request's first sighting (the replay off the main cycle,
+``--replay-every``) shows that share as ``late N%`` after its coverage.
 """
 
 from __future__ import annotations
@@ -24,6 +26,13 @@ def _pct(v):
 
 def _sec(v):
     return "-" if v is None else f"{v:,.0f}"
+
+
+def _series_cell(s: dict) -> str:
+    """within / p90 error / coverage, and the late share where some forecasts were late."""
+    cell = f"{_pct(s['within_tolerance'])} / {_sec(s['p90_abs_error'])} / {_pct(s['p90_coverage'])}"
+    late = s.get("late_share")
+    return cell + f" / late {_pct(late)}" if late else cell
 
 
 def tables(root: Path) -> str:
@@ -51,8 +60,7 @@ def tables(root: Path) -> str:
                 s0 = first[ph]
                 cells = [name, g, ph, str(s0["pairs"]), _pct(s0["expired_share"]), _pct(s0["cancelled_share"])]
                 for n in order:
-                    s = est[n][g][ph]
-                    cells.append(f"{_pct(s['within_tolerance'])} / {_sec(s['p90_abs_error'])} / {_pct(s['p90_coverage'])}")
+                    cells.append(_series_cell(est[n][g][ph]))
                 series.append("| " + " | ".join(cells) + " |")
             st = first["stall"]
             cells = [name, g, str(st["predictions"]), str(st["stalls"])]

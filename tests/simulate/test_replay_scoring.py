@@ -29,3 +29,12 @@ def test_per_seed_documents_split_the_pooled_pairs_and_tables_show_every_estimat
     header = text.splitlines()[2]
     assert f"{NAME} within" in header and f"{CALIBRATED} within" in header and "adr-wait within" in header
     assert sum(line.startswith("| seed-3 | text | start") for line in text.splitlines()) == 1
+
+
+def test_a_series_with_late_forecasts_shows_its_late_share() -> None:
+    from benchmarks.promotion_tables import _series_cell
+
+    series = {"within_tolerance": 0.8, "p90_abs_error": 95.0, "p90_coverage": 0.9}
+    assert _series_cell({**series, "late_share": 0.0}) == "80% / 95 / 90%"
+    assert _series_cell(series) == "80% / 95 / 90%"
+    assert _series_cell({**series, "late_share": 0.25}) == "80% / 95 / 90% / late 25%"
