@@ -72,9 +72,12 @@ def code_point_order(cells: list[Any]) -> np.ndarray | None:
             taken = np.zeros((len(part), _CHUNK), dtype=np.uint8)
             taken[:, : part.shape[1]] = part
         else:
-            rows = np.arange(n) if rows is None else rows
-            idx = starts[rows, None] + at + np.arange(_CHUNK)
-            taken = padded[np.where(idx < stops[rows, None], idx, len(buf))]  # the zero byte after the data
+            first, stop = (starts, stops) if rows is None else (starts[rows], stops[rows])
+            taken = np.empty((len(first), _CHUNK), dtype=np.uint8)
+            # One byte column at a time: the temporaries are a column of positions, never (rows, 8) of them.
+            for byte in range(_CHUNK):
+                position = first + (at + byte)
+                taken[:, byte] = padded[np.where(position < stop, position, len(buf))]  # the zero byte after the data
         return taken.view(">u8").ravel().astype(np.uint64)
 
     key = chunk(None, 0)
