@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks.__main__ import run
@@ -158,3 +159,14 @@ def test_replay_offcycle_benchmark_at_a_toy_size():
     # The lane's replay equals the replay inside the estimate, and the figures never change.
     assert out["lane_equals_inline"] == [True, True] and out["digests"] == [True]
     assert set(summary(out)) >= {"inline", "offcycle_idle", "offcycle_busy", "offcycle_busy_over_inline"}
+
+
+def test_id_join_ways_find_the_same_rows_and_miss_absent_ids(capsys):
+    from benchmarks import id_join
+
+    ids = np.array(["b", "a", "c"], dtype=object)
+    wanted = np.array(["c", "zz", "a", "c"], dtype=object)
+    for name, way in id_join.WAYS.items():
+        assert way(ids, wanted).tolist() == [2, -1, 1, 2], name
+    result = id_join.main(["--requests", "2000", "--lookups", "300", "--rounds", "1"])
+    assert set(result["seconds"]) == set(id_join.WAYS)
