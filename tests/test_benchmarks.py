@@ -161,7 +161,7 @@ def test_replay_offcycle_benchmark_at_a_toy_size():
     assert set(summary(out)) >= {"inline", "offcycle_idle", "offcycle_busy", "offcycle_busy_over_inline"}
 
 
-def test_id_join_ways_find_the_same_rows_and_miss_absent_ids(capsys):
+def test_id_join_ways_find_the_same_rows_and_miss_absent_ids():
     from benchmarks import id_join
 
     ids = np.array(["b", "a", "c"], dtype=object)
