@@ -325,3 +325,18 @@ def test_bit_summer_sums_each_row_alike_in_any_block(rows, seed, block_rows, sum
     finally:
         G.SUM_ELEMENTS = old
     np.testing.assert_array_equal(blocks, whole)
+
+
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(-3, 40)), max_size=60), st.sampled_from([1, 8, 41, 2**61]))
+def test_sorted_pairs_order_as_lexsort(pairs, vocabulary_size):
+    # Codes below the vocabulary's size sort as one integer each; values outside it (negative, too
+    # large) or a product past int64 take lexsort itself: both give lexsort's order.
+    from vecsched.core.groups import _sorted_pairs
+
+    pairs.sort(key=lambda p: p[0])  # owners come sorted, as ListColumn.owners() gives them
+    owners = np.array([p[0] for p in pairs], dtype=np.int64)
+    values = np.array([p[1] for p in pairs], dtype=np.int64)
+    order = np.lexsort((values, owners))
+    got_owners, got_values = _sorted_pairs(owners, values, vocabulary_size)
+    np.testing.assert_array_equal(got_owners, owners[order])
+    np.testing.assert_array_equal(got_values, values[order])
