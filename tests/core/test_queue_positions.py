@@ -71,3 +71,33 @@ def test_one_key_sort_gives_lexsorts_order(rows, priorities, times, key_bits, se
         patch.setattr(arrays, "KEY_BITS", key_bits)
         got = arrays._priority_created_order(priority, created)
     np.testing.assert_array_equal(got, np.lexsort((created, -priority)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.integers(2, 60),
+    id_kind=st.sampled_from(["uuid", "shared prefix", "short", "repeated", "not ascii", "one run"]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_tied_ids_order_as_python_orders_them_whichever_way_is_taken(rows, id_kind, seed):
+    # Ties on (priority, created) are ordered by id, equal ids by row. Ids whose first eight
+    # bytes differ within a run are ordered by those bytes (_prefix_order); ids sharing them
+    # (a common prefix, repeats) and non-ASCII ids take the full comparison.
+    rng = np.random.default_rng(seed)
+    hexdigits = np.array(list("0123456789abcdef"))
+    if id_kind in ("uuid", "one run"):
+        ids = ["".join(rng.choice(hexdigits, 36)) for _ in range(rows)]
+    elif id_kind == "shared prefix":
+        ids = ["request-" + "".join(rng.choice(hexdigits, int(rng.integers(0, 3)))) for _ in range(rows)]
+    elif id_kind == "short":
+        ids = ["".join(rng.choice(hexdigits, int(rng.integers(1, 4)))) for _ in range(rows)]
+    elif id_kind == "repeated":
+        ids = list(rng.choice(["b", "a", "a\x00", "ab"], rows))
+    else:
+        ids = ["".join(rng.choice(list("aé\u00ffΩ"), 9)) for _ in range(rows)]
+    ids = np.array(ids, dtype=object)
+    priority = np.zeros(rows, dtype=np.int64) if id_kind == "one run" else rng.integers(0, 2, rows)
+    created = np.zeros(rows) if id_kind == "one run" else rng.integers(0, 3, rows).astype(float)
+    position = queue_positions(priority, created, ids)
+    expected = sorted(range(rows), key=lambda k: (-priority[k], created[k], ids[k], k))
+    assert position[expected].tolist() == list(range(rows))

@@ -194,16 +194,53 @@ def queue_positions(priority: np.ndarray, created: np.ndarray, ids: np.ndarray) 
             in_tie[1:] |= tied
             in_tie[:-1] |= tied
             where = np.flatnonzero(in_tie)
-            # A stable argsort of the ids as fixed-width text ranks them as np.unique would,
-            # equal ids in the order lexsort keeps: 0.13 s against 0.51 s for 400,000 ids.
-            by_id = np.argsort(_fixed_width(np.asarray(ids[order[where]])), kind="stable")
-            id_rank = np.empty(len(where), dtype=np.int64)
-            id_rank[by_id] = np.arange(len(where))
-            resorted = where[np.lexsort((id_rank, run[where]))]
-            order[where] = order[resorted]
+            within = _order_within_runs(_fixed_width(np.asarray(ids[order[where]])), run[where])
+            order[where] = order[where[within]]
     position = np.empty(n, dtype=np.int64)
     position[order] = np.arange(n)
     return position
+
+
+def _order_within_runs(text: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """The order of tied rows by (run, id), equal ids in row order; ``runs`` non-decreasing.
+
+    Ids whose first eight bytes already differ within every run are ordered by
+    those bytes alone (:func:`_prefix_order`); otherwise a stable argsort of the
+    fixed-width text ranks them as ``np.unique`` would (0.13 s against 0.51 s for
+    400,000 ids as ``str``), and a lexsort puts the ranks in their runs.
+    """
+    quick = _prefix_order(text, runs)
+    if quick is not None:
+        return quick
+    by_id = np.argsort(text, kind="stable")
+    id_rank = np.empty(len(text), dtype=np.int64)
+    id_rank[by_id] = np.arange(len(text))
+    return np.lexsort((id_rank, runs))
+
+
+def _prefix_order(text: np.ndarray, runs: np.ndarray) -> np.ndarray | None:
+    """:func:`_order_within_runs` from the first eight bytes of each id, or None where two ids of a run share them.
+
+    The run (renumbered 0, 1, ...) and as many of the ids' leading bits as
+    fit beside it make one distinct unsigned key per row, sorted at once:
+    bytes compare as a big-endian integer does, so distinct leading bits
+    order the ids as the whole bytes would. 98,607 tied UUIDs of 2,000 x
+    400,000: 4 ms against 30 ms.
+    """
+    if text.dtype.kind != "S" or len(text) < 2:
+        return None
+    width = text.dtype.itemsize
+    head = np.zeros((len(text), 8), dtype=np.uint8)  # short ids end in NUL padding, as NumPy pads them
+    head[:, : min(width, 8)] = np.ascontiguousarray(text).view(np.uint8).reshape(len(text), width)[:, :8]
+    leading = head.view(">u8").ravel().astype(np.uint64)
+    dense = np.concatenate([[0], np.cumsum(runs[1:] != runs[:-1])]).astype(np.uint64)
+    run_bits = int(dense[-1]).bit_length()
+    key = (dense << np.uint64(64 - run_bits)) | (leading >> np.uint64(run_bits)) if run_bits else leading
+    order = np.argsort(key)
+    ordered = key[order]
+    if (ordered[1:] == ordered[:-1]).any():
+        return None
+    return order
 
 
 # Bits of the one sort key of queue order (an int64 that stays non-negative).
