@@ -254,3 +254,54 @@ def test_set_bits_lists_the_unpacked_nonzero_cells_in_order(rows, cols, data):
     expected_row, expected_col = np.nonzero(unpack_words(words, cols))
     np.testing.assert_array_equal(row, expected_row)
     np.testing.assert_array_equal(col, expected_col)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=40), st.integers(0, 3))
+def test_born_width_is_one_more_than_the_largest_signature_seen_before_each_rank(signatures, extra):
+    from vecsched.core.competition import _born_width
+
+    sig = np.array(signatures, dtype=np.int64)
+    n_sig = int(sig.max(initial=-1)) + 1 + extra  # some signatures no request has
+    width = _born_width(sig, n_sig)
+    assert width.tolist() == [int(sig[:r].max(initial=-1)) + 1 for r in range(len(sig) + 1)]
+
+
+@pytest.mark.parametrize("n_sig", [1, 7, 8, 9, 63, 64, 65, 130])
+def test_a_packed_rows_first_bytes_unpack_to_its_first_signatures(n_sig):
+    # The sweep unpacks the bytes holding bits [0, width) of pack_words rows: signature s must be
+    # bit s of the uint8 view, as np.unpackbits reads it, whatever the word layout.
+    rng = np.random.default_rng(n_sig)
+    rows = rng.random((5, n_sig)) < 0.5
+    view = pack_words(rows).view(np.uint8)
+    for width in range(n_sig + 1):
+        got = np.unpackbits(view[:, : -(-width // 8)], axis=1, count=width).view(bool)
+        np.testing.assert_array_equal(got, rows[:, :width])
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues(), st.sampled_from([8, 16, 1 << 19]))
+def test_the_sweep_with_signatures_numbered_by_birth_equals_brute_force(queue, sweep_block):
+    # Numbered by birth, each block reads a prefix of the signatures that grows with the queue; small
+    # blocks (SWEEP_BLOCK 8: blocks of 8 members) make blocks start and end between births.
+    import vecsched.core.competition as C
+
+    position, signature, klass, takeable, jobs, work, members = queue
+    first = np.full(takeable.shape[1], np.iinfo(np.int64).max)
+    np.minimum.at(first, signature, position)
+    by_birth = np.argsort(first, kind="stable")  # unrequested signatures last
+    new_id = np.empty_like(by_birth)
+    new_id[by_birth] = np.arange(len(by_birth))
+    signature, takeable = new_id[signature], takeable[:, by_birth]
+    old = C.SWEEP_COST, C.SWEEP_BLOCK
+    try:
+        C.SWEEP_COST, C.SWEEP_BLOCK = 0.0, sweep_block
+        count, jobs_ahead, work_ahead = competition(
+            position, signature, klass, pack_words(takeable), takeable.shape[1], jobs, work, members
+        )
+    finally:
+        C.SWEEP_COST, C.SWEEP_BLOCK = old
+    takes = takeable[klass][:, signature] & (position[None, :] < position[members][:, None])
+    np.testing.assert_array_equal(count, takes.sum(1))
+    np.testing.assert_array_equal(jobs_ahead, (takes * jobs).sum(1))
+    np.testing.assert_array_equal(work_ahead, (takes * work).sum(1))

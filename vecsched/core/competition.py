@@ -184,10 +184,21 @@ def _sweep_columns(
     sig_in_order: np.ndarray,
     weights_in_order: np.ndarray,
 ) -> np.ndarray:
-    """:func:`_sweep` for any (k, requests) weights: (members, k) sums, rounded to integers."""
+    """:func:`_sweep` for any (k, requests) weights: (members, k) sums, rounded to integers.
+
+    A block reads only the signatures born (first requested, in queue order)
+    before its last member: ``running`` is zero at any other, and the
+    requests between the block's start and its last member have signatures
+    born before it. Those are the columns below :func:`_born_width` of the
+    block's last rank, a prefix of each packed row; where signatures are
+    numbered by birth (as :func:`vecsched.core.eligibility.eligibility` numbers
+    them when given queue positions) the prefix holds little else. The columns
+    cut are zero, so the sums are the same whatever the numbering.
+    """
     k = len(weights_in_order)
     order = _distinct_order(at)
     at, member_class = at[order], member_class[order]
+    width_at = _born_width(sig_in_order, n_signatures)
     answered = np.zeros((len(at), k))
     running = np.zeros((k, n_signatures))
     done = 0  # ranks below ``done`` are in ``running``
@@ -204,16 +215,43 @@ def _sweep_columns(
         for j in range(k):
             np.add.at(running[j], sig_in_order[done:start], weights_in_order[j, done:start])
         done = start
-        rows = np.unpackbits(class_takeable[member_class[a:stop]].view(np.uint8), axis=1, count=n_signatures)
-        rows = rows.astype(np.float64)
-        between = np.arange(start, int(at[stop - 1]))
+        last = int(at[stop - 1])
+        width = int(width_at[last])  # every signature the block reads is below it
+        # Only the bytes holding the first ``width`` bits are unpacked (signature s: bit s of the bytes).
+        words = class_takeable[member_class[a:stop]].view(np.uint8)[:, : -(-width // 8)]
+        rows = np.unpackbits(words, axis=1, count=width).astype(np.float64)
+        between = np.arange(start, last)
         takes = rows[:, sig_in_order[between]] * (between[None, :] < at[a:stop, None])
         for j in range(k):
-            answered[a:stop, j] = rows @ running[j] + takes @ weights_in_order[j, between]
+            answered[a:stop, j] = rows @ running[j, :width] + takes @ weights_in_order[j, between]
         a = stop
     out = np.empty_like(answered)
     out[order] = answered
     return np.rint(out).astype(np.int64)
+
+
+def _born_width(sig_in_order: np.ndarray, n_signatures: int) -> np.ndarray:
+    """``width[r]``: one more than the largest signature of the requests at ranks below ``r`` (0 if none), r = 0..n.
+
+    Signatures whose first request (their *birth*) comes at rank ``r`` or later
+    are all at least ``width[r]`` or never read before ``r``. Sorting the
+    signatures by birth and taking a running maximum of their ids gives the
+    width after each birth; a rank reads the last birth before it.
+
+    Examples
+    --------
+    >>> _born_width(np.array([1, 0, 1, 3]), 5).tolist()
+    [0, 2, 2, 2, 4]
+    """
+    n = len(sig_in_order)
+    birth = np.full(n_signatures, n, dtype=np.int64)
+    np.minimum.at(birth, sig_in_order, np.arange(n))
+    by_birth = np.argsort(birth, kind="stable")
+    born = birth[by_birth]
+    widest = np.maximum.accumulate(by_birth + 1) if n_signatures else np.zeros(0, np.int64)
+    # Births strictly below r: searchsorted(born, r, "left") of them.
+    count = np.searchsorted(born, np.arange(n + 1), side="left")
+    return np.where(count > 0, widest[np.maximum(count - 1, 0)], 0) if n_signatures else np.zeros(n + 1, np.int64)
 
 
 def _walk(

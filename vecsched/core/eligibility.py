@@ -79,7 +79,10 @@ class TakeTables:
     Attributes
     ----------
     signature : ndarray
-        Each request's (merged) signature.
+        Each request's (merged) signature. Given the requests' queue positions
+        (:func:`eligibility`'s ``queue_position``) signatures are numbered by
+        birth: signature 0 is the one whose first request comes first in queue
+        order, and so on; else by first appearance in request row order.
     n_signatures : int
         How many signatures there are.
     class_rows : ndarray of uint64
@@ -88,6 +91,10 @@ class TakeTables:
         The take class of each usable worker of the gentype, in worker row order.
     class_first : ndarray
         A usable worker of each take class.
+    appearance : ndarray
+        Each signature's number in request row order (the numbering without
+        ``queue_position``): might_stall orders its columns by it, so its float
+        sums add in the same order whichever numbering competition reads.
     """
 
     signature: np.ndarray
@@ -95,6 +102,7 @@ class TakeTables:
     class_rows: np.ndarray
     worker_class: np.ndarray
     class_first: np.ndarray
+    appearance: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ class Takes:
 
     Attributes
     ----------
-    signature, n_signatures, class_rows, worker_class
+    signature, n_signatures, class_rows, worker_class, appearance
         See :class:`TakeTables`.
     takeable : ndarray of uint64
         Per row of the result (see :attr:`Eligibility.row`), the signatures its
@@ -138,6 +146,10 @@ class Takes:
     @property
     def worker_class(self) -> np.ndarray:
         return self.tables.worker_class
+
+    @property
+    def appearance(self) -> np.ndarray:
+        return self.tables.appearance
 
     def rows_of(self, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(distinct, of)`` for ``class_rows`` (a row per take class, any columns) in place of :attr:`class_rows`."""
@@ -187,13 +199,24 @@ def eligibility(
     excluded: tuple[np.ndarray, np.ndarray],
     with_competition: bool,
     every_request_special: bool = False,
+    *,
+    queue_position: np.ndarray | None = None,
 ) -> Eligibility:
     """Eligible workers, threads and throughput of each request of ``gentype``, and what it could take.
 
     ``excluded`` holds (worker row, request position in ``rq``) pairs.
     ``every_request_special`` evaluates every request worker by worker and
     returns its eligible workers (for one-off requests; slow for a queue).
+    ``queue_position`` (optional, one number per request of ``rq``, lower
+    first; the estimate's ``position``) numbers the signatures of
+    ``competition`` by birth (:class:`TakeTables`), so the competition sweep
+    reads a short prefix of each takeable row; without it they are numbered by
+    first appearance in row order. Either numbering gives the same figures.
     """
+    if queue_position is not None:
+        queue_position = np.asarray(queue_position)
+        if queue_position.shape != (len(rq.ids),):
+            raise ValueError(f"queue_position: shape {queue_position.shape}, expected ({len(rq.ids)},)")
     gates = _GENTYPE_GATES[gentype]  # the one place text and image part ways
     cols = gates.columns(wk, rq)
     sets = _model_sets(wk, rq, cols.worker_rows)
@@ -210,7 +233,7 @@ def eligibility(
     all_sums = np.concatenate([shared.sums, found.sums])
     takes = None
     if with_competition:
-        takes = _takes(wk, cols, gates, sets, flags, shared, found)
+        takes = _takes(wk, cols, gates, sets, flags, shared, found, queue_position)
     return Eligibility(
         workers=np.rint(all_sums[row, 0]).astype(np.int64),
         threads=np.rint(all_sums[row, 1]).astype(np.int64),
@@ -754,14 +777,16 @@ def _takes(
     flags: FlagTables,
     shared: SharedGroups,
     found: SpecialSums,
+    queue_position: np.ndarray | None = None,
 ) -> Takes:
     """What each row's eligible workers could take, formed when first read (:class:`Takes`)."""
 
     def form() -> TakeTables:
         # Take classes: (worker set, chat mode and limits) or (worker set, size rank).
         w_class, class_first = _take_classes(wk, cols, sets)
-        signature, n_signatures, class_rows = _signatures(wk, cols, gates, sets, class_first)
-        return TakeTables(signature, n_signatures, class_rows, w_class, class_first)
+        signature, n_signatures, class_rows, appearance = _signatures(
+            wk, cols, gates, sets, class_first, queue_position)
+        return TakeTables(signature, n_signatures, class_rows, w_class, class_first, appearance)
 
     def rows_for(tables: TakeTables, class_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w_class, class_first = tables.worker_class, tables.class_first
@@ -788,9 +813,15 @@ def _takes(
 
 
 def _signatures(
-    wk: WorkerArrays, cols: GateColumns, gates: _GentypeGates, sets: ModelSets, class_first: np.ndarray
-) -> tuple[np.ndarray, int, np.ndarray]:
-    """Each request's signature, merged where every take class treats them alike; their count; each class's row."""
+    wk: WorkerArrays, cols: GateColumns, gates: _GentypeGates, sets: ModelSets, class_first: np.ndarray,
+    queue_position: np.ndarray | None = None,
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Each request's signature, merged where every take class treats them alike; their count; each class's row.
+
+    And each signature's number by first appearance in row order (:attr:`TakeTables.appearance`).
+    Signatures are numbered by birth given ``queue_position`` (see :func:`eligibility`), else by that
+    first appearance.
+    """
     r_kind, r_kind_first = factorize_rows(*cols.r_kind)
     w_kind, w_kind_first = factorize_rows(*cols.w_kind)
     kinds_ok = gates.kind([c[r_kind_first] for c in cols.r_kind], [c[w_kind_first] for c in cols.w_kind])
@@ -801,8 +832,19 @@ def _signatures(
     by_kind = _packed_columns(kinds_ok, w_kind[class_first])
     can_take = by_set[sets.r_set[raw_sig_first]] & by_kind[r_kind[raw_sig_first]]
     merged_of, merged_first = row_codes(can_take)
+    signature = merged_of[raw_sig]
+    appearance = np.arange(len(merged_first))
+    if queue_position is not None and len(merged_first):
+        # Renumbered by birth: the signatures' rows are gathered in that order (the gather's order is free).
+        birth = np.full(len(merged_first), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(birth, signature, queue_position.astype(np.int64, copy=False))
+        appearance = np.argsort(birth, kind="stable")  # new number k: the signature first appearing appearance[k]-th
+        merged_first = merged_first[appearance]
+        new_id = np.empty_like(appearance)
+        new_id[appearance] = np.arange(len(appearance))
+        signature = new_id[signature]
     class_rows = transpose_words(can_take[merged_first], len(class_first))  # class -> signatures
-    return merged_of[raw_sig], len(merged_first), class_rows
+    return signature, len(merged_first), class_rows, appearance
 
 
 def _shared_takeable(

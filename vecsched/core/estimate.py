@@ -190,6 +190,8 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, aware: bool) -> 
         gentype,
         _excluded_among(batch, mine),
         with_competition=aware,
+        # Signatures numbered by birth in queue order: competition's sweep reads short prefixes of them.
+        queue_position=batch.position[mine],
     )
 
 

@@ -189,7 +189,7 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool, arriving: np
     Rows alike in a matrix share one of its rows: every sum over a row's
     columns is read once for them. Without ``history`` no worker's membership
     matters (a one-cell matrix). Takeable signatures are kept only for the
-    ``arriving`` ones (sorted; those of requests created in the window: no
+    ``arriving`` ones (those of requests created in the window: no
     other is read), column ``k`` for ``arriving[k]``, so rows that differ only
     elsewhere are one. They are read from the eligibility stage when it formed
     them (text competition does), else ORed from the distinct rows' eligible
@@ -295,7 +295,7 @@ def stall(
 
 
 def _arriving_signatures(takes, rq: RequestArrays, now: float) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``(signature, arriving)``: the signatures of the requests created in the window (sorted), and each request's
+    """``(signature, arriving)``: the signatures of the requests created in the window (in row order), and each request's
     place among them (-1 for the others), the columns of :func:`_row_tables`' takeable matrix.
 
     Only arrivals are read by signature; signatures of no arrival (many requests naming several models have one
@@ -305,6 +305,9 @@ def _arriving_signatures(takes, rq: RequestArrays, now: float) -> tuple[np.ndarr
         return None, None
     arrived = (rq.created >= now - WINDOW_SECONDS) & (rq.created <= now)
     arriving = np.unique(takes.signature[arrived]) if arrived.any() else np.zeros(1, np.int64)
+    # Columns in the signatures' row order (TakeTables.appearance), whichever numbering competition reads:
+    # the float sums over columns then add in one order.
+    arriving = arriving[np.argsort(takes.appearance[arriving])]
     column = np.full(takes.n_signatures, -1, np.int64)
     column[arriving] = np.arange(len(arriving))
     return column[takes.signature], arriving
