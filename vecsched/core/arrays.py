@@ -260,27 +260,20 @@ def _priority_created_order(priority: np.ndarray, created: np.ndarray) -> np.nda
     n = len(priority)
     if n < 2 or priority.dtype.kind != "i" or not np.isfinite(created).all():
         return np.lexsort((created, -priority))
-    created_rank = _dense_rank(created)
-    low_bits = int(created_rank.max()).bit_length() + (n - 1).bit_length()
+    # Each distinct time's place among them (np.unique's inverse): equal times share one.
+    created_rank = np.unique(created, return_inverse=True)[1].astype(np.int64, copy=False)
+    row_bits = (n - 1).bit_length()
+    low_bits = int(created_rank.max()).bit_length() + row_bits
     highest = int(priority.max())
     if (highest - int(priority.min())).bit_length() + low_bits <= KEY_BITS:
         from_top = highest - priority.astype(np.int64)
     else:  # priorities far apart: their ranks span less
-        rank = _dense_rank(priority)
+        rank = np.unique(priority, return_inverse=True)[1].astype(np.int64, copy=False)
         from_top = rank.max() - rank
         if int(from_top.max()).bit_length() + low_bits > KEY_BITS:
             return np.lexsort((created, -priority))
-    key = (from_top << low_bits) | (created_rank << (n - 1).bit_length()) | np.arange(n)
+    key = (from_top << low_bits) | (created_rank << row_bits) | np.arange(n)
     return np.argsort(key)  # distinct keys: any sort gives the one order
-
-
-def _dense_rank(values: np.ndarray) -> np.ndarray:
-    """Each value's place among the distinct values (0 for the smallest; equal values share one)."""
-    order = np.argsort(values)
-    ordered = values[order]
-    rank = np.empty(len(values), dtype=np.int64)
-    rank[order] = np.r_[0, np.cumsum(ordered[1:] != ordered[:-1])]
-    return rank
 
 
 def _fixed_width(ids: np.ndarray) -> np.ndarray:

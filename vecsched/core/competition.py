@@ -247,11 +247,10 @@ def _born_width(sig_in_order: np.ndarray, n_signatures: int) -> np.ndarray:
     birth = np.full(n_signatures, n, dtype=np.int64)
     np.minimum.at(birth, sig_in_order, np.arange(n))
     by_birth = np.argsort(birth, kind="stable")
-    born = birth[by_birth]
-    widest = np.maximum.accumulate(by_birth + 1) if n_signatures else np.zeros(0, np.int64)
+    # widest[c]: the width once the first c births are in (0 before any).
+    widest = np.r_[0, np.maximum.accumulate(by_birth + 1)].astype(np.int64)
     # Births strictly below r: searchsorted(born, r, "left") of them.
-    count = np.searchsorted(born, np.arange(n + 1), side="left")
-    return np.where(count > 0, widest[np.maximum(count - 1, 0)], 0) if n_signatures else np.zeros(n + 1, np.int64)
+    return widest[np.searchsorted(birth[by_birth], np.arange(n + 1), side="left")]
 
 
 def _walk(
