@@ -204,6 +204,9 @@ def _sweep_columns(
     done = 0  # ranks below ``done`` are in ``running``
     # Blocks small enough for the unpacked rows to stay in cache.
     step = max(8, SWEEP_BLOCK // max(n_signatures, 1))
+    # One buffer for every block's float rows: a fresh array per block (megabytes) took fresh pages,
+    # and converting into them cost twice as much as into pages already touched.
+    row_buffer = np.empty(step * max(n_signatures, 1))
     a = 0
     while a < len(at):
         start = int(at[a])
@@ -218,12 +221,18 @@ def _sweep_columns(
         last = int(at[stop - 1])
         width = int(width_at[last])  # every signature the block reads is below it
         # Only the bytes holding the first ``width`` bits are unpacked (signature s: bit s of the bytes).
-        words = class_takeable[member_class[a:stop]].view(np.uint8)[:, : -(-width // 8)]
-        rows = np.unpackbits(words, axis=1, count=width).astype(np.float64)
+        words = np.take(class_takeable, member_class[a:stop], axis=0).view(np.uint8)[:, : -(-width // 8)]
+        bits = np.unpackbits(words, axis=1, count=width)
+        rows = row_buffer[: (stop - a) * width].reshape(stop - a, width)
+        np.copyto(rows, bits)
+        # The requests between the block's start and each member, picked from the bytes (an eighth
+        # of the float rows' memory to gather from) and masked before one conversion.
         between = np.arange(start, last)
-        takes = rows[:, sig_in_order[between]] * (between[None, :] < at[a:stop, None])
+        picked = np.take(bits, sig_in_order[start:last], axis=1)
+        picked &= between[None, :] < at[a:stop, None]
+        takes = picked.astype(np.float64)
         for j in range(k):
-            answered[a:stop, j] = rows @ running[j, :width] + takes @ weights_in_order[j, between]
+            answered[a:stop, j] = rows @ running[j, :width] + takes @ weights_in_order[j, start:last]
         a = stop
     out = np.empty_like(answered)
     out[order] = answered
