@@ -198,7 +198,9 @@ def run_service(workers: int, requests: int, log=print, timeout_s: float = 600.0
         return {"error": f"timed out after {timeout_s:.0f} s"}
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
-    result = json.loads(done.stdout)["tree"]
+    document = json.loads(done.stdout)
+    result = document["tree"]
+    result["history"] = document.get("history", False)
     result["median_load_s"] = result["load_s"]
     result["median_estimate_s"] = sum(result[f"{k}_s"] for k in ("spec_3_6", "stall", "forecasts", "job"))
     result["median_publish_s"] = result["publish_s"]

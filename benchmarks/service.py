@@ -7,7 +7,9 @@ Usage::
 
 Each tree runs in its own subprocess (``PYTHONPATH`` = the tree) with its own
 throwaway PostgreSQL schema and Redis key prefix (both removed at the end),
-imports the same synthetic horde and runs :func:`vecsched.service.job.run_cycle`
+imports the same synthetic horde (with five minutes of dispatch and return history,
+:func:`vecsched.synthetic_history.with_history`, as a production cycle always has;
+``--no-history`` leaves it out) and runs :func:`vecsched.service.job.run_cycle`
 once per turn, the trees taking turns. The estimate forecasts only the
 ``--new-share`` of requests (1%: the job records a request's forecasts once,
 so in steady state only new requests are forecast). Stages per cycle:
@@ -48,9 +50,10 @@ from vecsched.service.read import status
 from vecsched.service.store.redis import RedisStore
 from vecsched.service.store.sql import SQLStore
 from vecsched.synthetic import horde
+from vecsched.synthetic_history import with_history
 from benchmarks.report import STAGES as SPEC_STAGES
 
-workers, requests, seed, db, redis_url, new_share = sys.argv[1:7]
+workers, requests, seed, db, redis_url, new_share, history = sys.argv[1:8]
 url, schema = db, None
 if url.startswith("postgresql"):
     schema = "vs_bench_" + secrets.token_hex(4)
@@ -72,6 +75,8 @@ def timed(name, fn):
 try:
     t = time.perf_counter()
     snap = horde(workers=int(workers), requests=int(requests), seed=int(seed))
+    if history == "history":  # might_stall reads the last five minutes' pops and returns
+        snap = with_history(snap, seed=int(seed))
     synthesize = time.perf_counter() - t
     engine = _sql.make_engine(url)
     t = time.perf_counter()
@@ -146,12 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="'' to publish into the database")
     ap.add_argument("--rounds", "--cycles", type=int, default=3, dest="rounds")
     ap.add_argument("--new-share", type=float, default=0.01, help="share of requests not yet forecast")
+    ap.add_argument("--history", action=argparse.BooleanOptionalAction, default=True,
+                    help="five minutes of dispatch and return history in the horde (default: yes)")
     args = ap.parse_args(argv)
     trees = dict(zip(["before", "after"], args.trees)) if len(args.trees) == 2 else {"tree": (args.trees or ["."])[0]}
-    child_args = [str(args.workers), str(args.requests), str(args.seed), args.db, args.redis, str(args.new_share)]
+    child_args = [str(args.workers), str(args.requests), str(args.seed), args.db, args.redis, str(args.new_share),
+                  "history" if args.history else "none"]
     ready, turns = take_turns(trees, _CHILD, child_args, args.rounds, finish="reads" if len(trees) == 1 else None)
     out: dict = {"workers": args.workers, "requests": args.requests, "db": args.db.split("://")[0],
-                 "store": "redis" if args.redis else "sql", "rounds": args.rounds, "new_share": args.new_share}
+                 "store": "redis" if args.redis else "sql", "rounds": args.rounds, "new_share": args.new_share,
+                 "history": args.history}
     for name, tree in trees.items():
         cycles = [t for t in turns[name] if "load" in t]
         medians = {f"{k}_s": round(statistics.median(c[k] for c in cycles), 4) for k in STAGES}
