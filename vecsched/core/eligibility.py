@@ -56,6 +56,7 @@ from vecsched.core.groups import (
     row_codes,
     transpose_words,
     set_codes,
+    sorted_codes,
     unique_rows,
     unpack_words,
 )
@@ -393,8 +394,8 @@ class ModelSets:
 
 
 def _model_sets(wk: WorkerArrays, rq: RequestArrays, worker_rows: np.ndarray) -> ModelSets:
-    _, r_first, r_set = np.unique(rq.model_set, return_index=True, return_inverse=True)
-    _, w_first, w_set = np.unique(wk.model_set[worker_rows], return_index=True, return_inverse=True)
+    r_first, r_set = sorted_codes(rq.model_set)
+    w_first, w_set = sorted_codes(wk.model_set[worker_rows])
     set_models = _distinct_models(rq.models.take(r_first))  # repeats inside a request's list removed
     w_lists = wk.models.take(worker_rows)
     worker_words = _overlap_words(set_models, w_lists)
