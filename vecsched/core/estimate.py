@@ -23,7 +23,7 @@ from vecsched.core.competition import competition
 from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
-from vecsched.core.stall import stall, stall_columns
+from vecsched.core.stall import EventRows, event_rows, stall, stall_columns
 from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -54,6 +54,8 @@ class _Batch:
     excluded: tuple[np.ndarray, np.ndarray]  # (worker row, waiting request) pairs
     in_flight: np.ndarray  # remaining seconds of each request's jobs in flight
     progress: dict[str, np.ndarray]  # waiting, processing, finished, restarted
+    worker_index: pd.Index  # worker ids by row, hashed once
+    request_index: pd.Index  # waiting requests' ids by queue row, hashed once
 
 
 def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
@@ -67,6 +69,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     queues: dict[str, QueueSignatures] = {}
     forecast_queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
     forecast_throughput = np.zeros(len(batch.queue.index))
+    found: EventRows | None = None
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         with stages("horde"):
@@ -92,7 +95,9 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
         with stages("stall"):
-            _stall(columns, batch, snapshot, gentype, mine, elig)
+            if found is None:  # both gentypes read the same event tables: their ids are looked up once
+                found = event_rows(snapshot, batch.worker_index, batch.request_index)
+            _stall(columns, batch, snapshot, gentype, mine, elig, found.among(mine, len(batch.queue.ids)))
         if not aware:
             _use_horde_figures(columns, mine)
             continue
@@ -155,6 +160,8 @@ def _prepare(snapshot: Snapshot) -> _Batch:
         excluded=(ex_w[known], ex_r[known]),
         in_flight=in_flight,
         progress=progress,
+        worker_index=worker_index,
+        request_index=request_index,
     )
 
 
@@ -196,10 +203,11 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, aware: bool) -> 
 
 
 def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
-           elig: Eligibility) -> None:
+           elig: Eligibility, found: EventRows) -> None:
     """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
     pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
-                     batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names))
+                     batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names),
+                     found)
     for name, values in pressure.items():
         columns[name][mine] = values
 

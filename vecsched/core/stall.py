@@ -22,7 +22,7 @@ loop runs over requests, workers or events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -115,18 +115,57 @@ def evidence_names(codes: np.ndarray) -> list[str | None]:
     return names[codes.astype(np.int64) + 1].tolist()
 
 
-def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray, request_ids: np.ndarray) -> Events:
-    """Section 7's events that any request can see, as arrays; ``worker_rows`` are the gentype's usable workers."""
-    now = snapshot.now
-    local = pd.Index(wk.ids[worker_rows])
+@dataclass(frozen=True)
+class EventRows:
+    """Where each dispatch and return of a snapshot points, its ids looked up once per snapshot.
+
+    Both gentypes read the same tables: the dispatch ids are joined and the
+    worker and request ids looked up once, then each gentype keeps its own by
+    integer positions (:func:`window_events`).
+    """
+
+    returns_of: np.ndarray  # each return's dispatch row (-1: unknown)
+    d_worker: np.ndarray  # each dispatch's worker row of the snapshot (-1: unknown)
+    c_worker: np.ndarray  # each return's worker row (-1: unknown)
+    d_request: np.ndarray  # each dispatch's request among the waiting requests indexed (-1: not waiting)
+
+    def among(self, requests: np.ndarray, n_requests: int) -> EventRows:
+        """These rows with ``d_request`` renumbered among ``requests`` (positions of the indexed waiting requests)."""
+        local = np.full(n_requests + 1, -1, np.int64)  # the last cell answers -1
+        local[requests] = np.arange(len(requests))
+        return replace(self, d_request=local[self.d_request])
+
+
+def event_rows(snapshot: Snapshot, worker_index: pd.Index, request_index: pd.Index) -> EventRows:
+    """:class:`EventRows` of ``snapshot``; ``worker_index`` holds its worker ids by row, ``request_index`` the waiting requests' ids."""
     d, c = snapshot.dispatches, snapshot.capacity_returns
-    # Each return's dispatch (-1: unknown), found once: it gives both the returns' work and which pops are returned.
-    returns_of = pd.Index(d.dispatch_id).get_indexer(c.dispatch_id) if len(c) and len(d) else np.full(len(c), -1)
+
+    def rows(index: pd.Index, ids: np.ndarray) -> np.ndarray:
+        return index.get_indexer(ids).astype(np.int64, copy=False) if len(ids) and len(index) else np.full(len(ids), -1)
+
+    return EventRows(
+        returns_of=rows(pd.Index(d.dispatch_id), c.dispatch_id) if len(d) else np.full(len(c), -1),
+        d_worker=rows(worker_index, d.worker_id),
+        c_worker=rows(worker_index, c.worker_id),
+        d_request=rows(request_index, d.request_id),
+    )
+
+
+def window_events(snapshot: Snapshot, found: EventRows, worker_rows: np.ndarray) -> Events:
+    """Section 7's events that any request can see, as arrays; ``worker_rows`` are the gentype's usable workers.
+
+    ``found`` gives each event's rows, with ``d_request`` among the gentype's waiting requests.
+    """
+    now = snapshot.now
+    d, c = snapshot.dispatches, snapshot.capacity_returns
+    local = np.full(len(snapshot.workers.id) + 1, -1, np.int64)  # the last cell answers -1
+    local[worker_rows] = np.arange(len(worker_rows))
+    returns_of = found.returns_of
     returned = np.zeros(len(d), bool)
     returned[returns_of[returns_of >= 0]] = True
-    lw = local.get_indexer(d.worker_id) if len(d) else np.zeros(0, np.int64)
+    lw = local[found.d_worker]
     # A pop counts only from the capability state its worker is still in.
-    state_now = snapshot.workers.state[worker_rows[np.maximum(lw, 0)]] if len(worker_rows) else d.worker_state
+    state_now = snapshot.workers.state[np.maximum(found.d_worker, 0)] if len(worker_rows) else d.worker_state
     keep = (lw >= 0) & (d.dispatched_at >= now - WINDOW_SECONDS) & (d.dispatched_at <= now)
     keep &= np.asarray(state_now == d.worker_state, dtype=bool) if len(d) else keep
     kept = np.flatnonzero(keep)
@@ -135,7 +174,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
     d_users = pd.DataFrame({"dispatch": users.owners(), "user": users.values})
     d_users = d_users[pp[d_users["dispatch"].to_numpy()]]
 
-    clw = local.get_indexer(c.worker_id) if len(c) else np.zeros(0, np.int64)
+    clw = local[found.c_worker]
     ckeep = np.flatnonzero((clw >= 0) & (c.returned_at >= now - WINDOW_SECONDS) & (c.returned_at <= now))
     which = returns_of[ckeep]
     return Events(
@@ -146,7 +185,7 @@ def window_events(snapshot: Snapshot, wk: WorkerArrays, worker_rows: np.ndarray,
         d_priority_pass=pp,
         d_work=d.assigned_work[kept],
         d_active=~returned[kept],
-        d_request=pd.Index(request_ids).get_indexer(d.request_id[kept]) if len(kept) else np.zeros(0, np.int64),
+        d_request=found.d_request[kept],
         d_users=d_users,
         c_time=c.returned_at[ckeep],
         c_worker=clw[ckeep],
@@ -233,13 +272,15 @@ def stall(
     processing: np.ndarray,
     excluded: tuple[np.ndarray, np.ndarray],
     vocabulary_size: int,
+    found: EventRows | None = None,
 ) -> dict[str, np.ndarray]:
     """Section 7 for the waiting requests ``rq`` of one gentype.
 
     ``elig`` is their eligibility with competition (``takeable`` and
     ``signature``); ``position`` their queue positions; ``processing`` their
-    jobs in flight; ``excluded`` (worker row, position in ``rq``) pairs.
-    Returns ``stall_evidence`` (an ``int8`` code into :data:`EVIDENCE`, -1 for
+    jobs in flight; ``excluded`` (worker row, position in ``rq``) pairs;
+    ``found`` the snapshot's :class:`EventRows` with ``d_request`` among ``rq``
+    (looked up here when not given). Returns ``stall_evidence`` (an ``int8`` code into :data:`EVIDENCE`, -1 for
     null), ``might_stall`` and the pressure figures, aligned with ``rq``.
     """
     n = len(rq.ids)
@@ -256,7 +297,9 @@ def stall(
     counts = np.zeros((2, n), np.int64)  # matched returns per half
     incomplete = np.zeros(n, bool)
     if len(looked):
-        ev = window_events(snapshot, wk, elig.worker_rows, rq.ids)
+        if found is None:
+            found = event_rows(snapshot, pd.Index(wk.ids), pd.Index(rq.ids))
+        ev = window_events(snapshot, found, elig.worker_rows)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
         takes = elig.competition
         signature, arriving = _arriving_signatures(takes, rq, now)
