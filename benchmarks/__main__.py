@@ -53,6 +53,7 @@ class Size:
     timeout_s: float = 300.0
     max_rss_bytes: int = 10 * GiB
     horde: str = "realistic"
+    history: bool = False  # five minutes of pops and returns (might_stall reads them)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ PLANS: dict[str, Plan] = {
     "full": Plan(
         sizes=(
             Size("today", 150, 3_000, repeats=9, reference_sample=200),
-            Size("10x", 2_000, 50_000, repeats=5, reference_sample=40, dense_max_flops=2e12),
+            # With history, as the job's cycle runs: issue 11 judges might_stall's stage here.
+            Size("10x", 2_000, 50_000, repeats=5, reference_sample=40, dense_max_flops=2e12, history=True),
             # One counted run (the cold one is apart): each takes minutes at this size today.
             Size("stress", 20_000, 1_000_000, repeats=1, reference_sample=5, dense=False,
                  tracemalloc=False, timeout_s=600.0, max_rss_bytes=10 * GiB),
@@ -141,6 +143,8 @@ def run_size(size: Size, seed: int = 0, log=print) -> dict[str, Any]:
             cmd.append("--no-dense")
         if not size.tracemalloc:
             cmd.append("--no-tracemalloc")
+        if size.history:
+            cmd.append("--history")
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         stopped, sampled = None, 0

@@ -83,6 +83,7 @@ def measure(
     tracemalloc_run: bool = True,
     out: str | None = None,
     horde_kind: str = "realistic",
+    history: bool = False,
 ) -> dict[str, Any]:
     """Measure one size; see the module docstring for the phases. Returns the result mapping.
 
@@ -93,7 +94,7 @@ def measure(
     True
     """
     result: dict[str, Any] = {"workers": workers, "requests": requests, "seed": seed, "phase": "start",
-                              "horde": horde_kind}
+                              "horde": horde_kind, "history": history}
     result["rss_start_bytes"] = max_rss_bytes()
 
     t = perf_counter()
@@ -103,6 +104,10 @@ def measure(
         snap = adversarial_horde(workers, requests, seed=seed)
     else:
         snap = horde(workers=workers, requests=requests, seed=seed)
+    if history:  # five minutes of pops and returns, as a production cycle has: might_stall's cost follows them
+        from vecsched.synthetic_history import with_history
+
+        snap = with_history(snap, seed=seed)
     result["synthesize_s"] = perf_counter() - t
     result["input_bytes"] = input_bytes(snap)
     result["jobs"] = len(snap.jobs)
@@ -255,6 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=None, help="result file (rewritten after every phase)")
     ap.add_argument("--horde", choices=("realistic", "adversarial"), default="realistic",
                     help="adversarial: every request names 2 to 5 random models (benchmarks/adversarial.py)")
+    ap.add_argument("--history", action="store_true",
+                    help="five minutes of dispatch and return history (vecsched.synthetic_history)")
     args = ap.parse_args(argv)
     result = measure(
         args.workers,
@@ -267,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         tracemalloc_run=not args.no_tracemalloc,
         out=args.out,
         horde_kind=args.horde,
+        history=args.history,
     )
     if args.out is None:
         json.dump(result, sys.stdout, indent=1, default=_jsonable)

@@ -110,6 +110,11 @@ def test_targets_time_spec_3_6_not_the_whole_estimate():
     assert by_name["2,000 x 50,000 on PostgreSQL + Redis, five minutes of history: the same with might_stall and the forecasts"]["met"] is False
     results["service"]["history"] = False
     assert any(t["target"].startswith("2,000 x 50,000 on PostgreSQL + Redis, no history") for t in targets(results))
+    assert not any("might_stall / SPEC 3-6" in name for name in by_name)  # the 10x size had no history
+    results["sizes"]["10x"]["history"] = True
+    results["sizes"]["10x"]["batch"]["stages_s"]["stall"] = 0.6
+    share = {t["target"]: t for t in targets(results)}["2,000 x 50,000 with five minutes of history: might_stall / SPEC 3-6 (a share)"]
+    assert share["measured"] == pytest.approx(4.0) and share["met"] is False
     growth = by_name["SPEC 3-6 growth in waiting requests at fixed workers, realistic horde (upper-half exponent)"]
     assert growth["measured"] == pytest.approx(1.0) and growth["met"] is True
 
