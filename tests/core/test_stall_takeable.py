@@ -19,7 +19,7 @@ from vecsched.synthetic import horde
 def test_takeable_rows_equal_the_eligibility_stage(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     seen = []
 
-    def check(columns, batch, snapshot, gentype, mine, elig):
+    def check(columns, batch, snapshot, gentype, mine, elig, *found):
         rows = np.arange(elig.n_groups + elig.n_special)
         takes = elig.competition
         got = takeable_rows(elig.row_words(rows), takes.class_rows[takes.worker_class])
