@@ -41,7 +41,7 @@ BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
 DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
 BAND_TABLE_CELLS = 1 << 23  # most cells of the light bands' one table (_band_sums)
-PAIRS_PER_CHUNK = 1 << 20  # (query, item) pairs listed at once (_add_held_pairs): some 70 MB of index temporaries
+PAIRS_PER_CHUNK = 1 << 20  # (query, item) pairs listed at once (_add_held_pairs): temporaries under 100 MB
 
 
 @dataclass(frozen=True)
