@@ -41,6 +41,7 @@ BANDS = 32
 MIN_BAND_ITEMS = 16  # a light band holds at least this many items between its levels
 DENSE_PAIR_CELLS = 1 << 20  # (query, item) cells of a light band judged at once
 BAND_TABLE_CELLS = 1 << 23  # most cells of the light bands' one table (_band_sums)
+PAIRS_PER_CHUNK = 1 << 20  # (query, item) pairs listed at once (_add_held_pairs): temporaries under 100 MB
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,8 @@ def binned_sums(
         out[:, t] = totals[row_at.ravel()].T
         full[t] = below[t]  # no pair left to add
     # The items between the boundary and each threshold, pair by pair.
-    flat, item = expand_ranges(full.ravel() * step, below.ravel())
-    row = np.take(np.tile(query_row, n_t), flat)
-    held = _held(sets.matrix, row, np.take(col, item))
-    _add_runs(out.reshape(len(w), n_t * n), flat[held], np.take(w, item[held], axis=1))
+    _add_held_pairs(out.reshape(len(w), n_t * n), sets.matrix, np.tile(query_row, n_t), full.ravel() * step,
+                    below.ravel(), col, w)
     return out
 
 
@@ -273,6 +272,36 @@ def _held(matrix: np.ndarray, row: np.ndarray, col: np.ndarray) -> np.ndarray:
     [True, False, True]
     """
     return np.take(matrix.reshape(-1), row * matrix.shape[1] + col)
+
+
+def _add_held_pairs(out: np.ndarray, matrix: np.ndarray, range_row: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    col: np.ndarray, w: np.ndarray, items: np.ndarray | None = None) -> None:
+    """``out[:, r] +=`` the weights ``w[:, j]`` of the entries ``j`` in ``range(lo[r], hi[r])`` whose column ``col[j]``
+    row ``range_row[r]`` of ``matrix`` holds; entry ``j`` stands for item ``items[j]`` when ``items`` is given.
+
+    A chunk of whole ranges at a time, about :data:`PAIRS_PER_CHUNK` pairs: listed at once, the pairs' index
+    arrays were the estimate's peak memory (20,000 x 1,000,000: 46M pairs of image's shared window, about
+    2.5 GB of int64 temporaries). A range's held entries stay one run of one chunk, summed as before.
+
+    Examples
+    --------
+    >>> out = np.zeros((1, 2))
+    >>> _add_held_pairs(out, np.array([[True, False]]), np.array([0, 0]), np.array([0, 1]), np.array([2, 2]),
+    ...                 np.array([0, 1]), np.array([[1.0, 2.0]]))
+    >>> out.tolist()
+    [[1.0, 0.0]]
+    """
+    ends = np.cumsum(np.maximum(hi - lo, 0))
+    first = 0
+    while first < len(lo):
+        done = int(ends[first - 1]) if first else 0
+        last = max(int(np.searchsorted(ends, done + PAIRS_PER_CHUNK, "right")), first + 1)
+        flat, entry = expand_ranges(lo[first:last], hi[first:last])
+        flat += first
+        j = entry if items is None else np.take(items, entry)
+        held = _held(matrix, np.take(range_row, flat), np.take(col, j))
+        _add_runs(out, flat[held], np.take(w, j[held], axis=1))
+        first = last
 
 
 def _add_runs(out: np.ndarray, target: np.ndarray, values: np.ndarray) -> None:
@@ -584,11 +613,7 @@ def _band_sums(sets: RowSets, query_band: np.ndarray, tops: np.ndarray, query_ro
     bounds = np.searchsorted(bands[by_band], np.arange(n_bands + 1))
     for b in np.flatnonzero((np.diff(bounds) > 0) & (width > 0)):  # bands, not requests: each reads its columns only
         _read_table(flat_part, table[:, : width[b]], matrix[:, : width[b]], rows, cells, by_band[bounds[b] : bounds[b + 1]])
-    flat, entry = expand_ranges((start + full * step[query_band]).ravel(), below.ravel())
-    row = np.take(rows, flat)
-    j = np.take(item, entry)
-    held = _held(matrix, row, np.take(col, j))
-    _add_runs(part.reshape(n_w, n_t * n), flat[held], np.take(w, j[held], axis=1))
+    _add_held_pairs(flat_part, matrix, rows, (start + full * step[query_band]).ravel(), below.ravel(), col, w, item)
     return out + part
 
 
