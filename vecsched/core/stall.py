@@ -279,9 +279,10 @@ def stall(
     ``elig`` is their eligibility with competition (``takeable`` and
     ``signature``); ``position`` their queue positions; ``processing`` their
     jobs in flight; ``excluded`` (worker row, position in ``rq``) pairs;
-    ``found`` the snapshot's :class:`EventRows` with ``d_request`` among ``rq``
-    (looked up here when not given). Returns ``stall_evidence`` (an ``int8`` code into :data:`EVIDENCE`, -1 for
-    null), ``might_stall`` and the pressure figures, aligned with ``rq``.
+    ``found`` the snapshot's :class:`EventRows` with ``d_request`` among
+    ``rq`` (looked up here when not given). Returns ``stall_evidence`` (an
+    ``int8`` code into :data:`EVIDENCE`, -1 for null), ``might_stall`` and
+    the pressure figures, aligned with ``rq``.
     """
     n = len(rq.ids)
     now = snapshot.now
