@@ -205,7 +205,7 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, aware: bool) -> 
 def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
            elig: Eligibility, found: EventRows) -> None:
     """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
-    pressure = stall(snapshot, batch.workers, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
+    pressure = stall(snapshot, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
                      batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names),
                      found)
     for name, values in pressure.items():

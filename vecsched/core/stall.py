@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from vecsched.core.arrays import RequestArrays, WorkerArrays, take_rows
+from vecsched.core.arrays import RequestArrays, take_rows
 from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import pack_words, unique_rows, unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, takeable_rows
@@ -264,7 +264,6 @@ def _row_tables(elig: Eligibility, rows: np.ndarray, history: bool, arriving: np
 
 def stall(
     snapshot: Snapshot,
-    wk: WorkerArrays,
     rq: RequestArrays,
     gentype: int,
     elig: Eligibility,
@@ -272,7 +271,7 @@ def stall(
     processing: np.ndarray,
     excluded: tuple[np.ndarray, np.ndarray],
     vocabulary_size: int,
-    found: EventRows | None = None,
+    found: EventRows,
 ) -> dict[str, np.ndarray]:
     """Section 7 for the waiting requests ``rq`` of one gentype.
 
@@ -280,7 +279,7 @@ def stall(
     ``signature``); ``position`` their queue positions; ``processing`` their
     jobs in flight; ``excluded`` (worker row, position in ``rq``) pairs;
     ``found`` the snapshot's :class:`EventRows` with ``d_request`` among
-    ``rq`` (looked up here when not given). Returns ``stall_evidence`` (an
+    ``rq`` (:meth:`EventRows.among`). Returns ``stall_evidence`` (an
     ``int8`` code into :data:`EVIDENCE`, -1 for null), ``might_stall`` and
     the pressure figures, aligned with ``rq``.
     """
@@ -298,8 +297,6 @@ def stall(
     counts = np.zeros((2, n), np.int64)  # matched returns per half
     incomplete = np.zeros(n, bool)
     if len(looked):
-        if found is None:
-            found = event_rows(snapshot, pd.Index(wk.ids), pd.Index(rq.ids))
         ev = window_events(snapshot, found, elig.worker_rows)
         rows, row_of = np.unique(elig.row[looked], return_inverse=True)
         takes = elig.competition
