@@ -53,6 +53,7 @@ from vecsched.core.groups import (
     or_distinct_by_bits,
     or_distinct_dense,
     pack_words,
+    positions_among,
     row_codes,
     transpose_words,
     set_codes,
@@ -653,8 +654,7 @@ def _special_sums(
         # a block reads only the workers whose sets overlap one of its groups'
         # (the others fail the model gate): cost follows those workers, not all.
         listed = (rq.targets.lengths[reps] > 0) & ~rq.blacklist[reps]
-        position = np.full(len(wk.ids) + 1, -1, dtype=np.int64)  # worker row -> usable worker, -1 -> -1
-        position[cols.worker_rows] = np.arange(nw)
+        position = positions_among(cols.worker_rows, len(wk.ids))  # worker row -> usable worker, -1 -> -1
         local = np.full(len(wk.ids), -1, dtype=np.int64)
         for part in (np.flatnonzero(~listed), np.flatnonzero(listed)):
             by_set = part[np.argsort(sets.r_set[reps[part]], kind="stable")]

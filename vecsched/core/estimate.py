@@ -69,7 +69,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     queues: dict[str, QueueSignatures] = {}
     forecast_queues: list[_forecasts.GentypeQueue] = []  # what the forecasts stage reads
     forecast_throughput = np.zeros(len(batch.queue.index))
-    found: EventRows | None = None
+    with stages("stall"):  # both gentypes read the same event tables: their ids are looked up once
+        found = event_rows(snapshot, batch.worker_index, batch.request_index)
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         with stages("horde"):
@@ -95,8 +96,6 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
         with stages("stall"):
-            if found is None:  # both gentypes read the same event tables: their ids are looked up once
-                found = event_rows(snapshot, batch.worker_index, batch.request_index)
             _stall(columns, batch, snapshot, gentype, mine, elig, found.among(mine, len(batch.queue.ids)))
         if not aware:
             _use_horde_figures(columns, mine)

@@ -220,6 +220,21 @@ def or_by_segments(words: np.ndarray, segment_starts: np.ndarray) -> np.ndarray:
     return np.bitwise_or.reduceat(words, segment_starts, axis=0)
 
 
+def positions_among(selected: np.ndarray, n: int) -> np.ndarray:
+    """Each of ``n`` rows' place among the ``selected`` rows, -1 for the others; one cell more, so that -1 maps to -1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> place = positions_among(np.array([3, 1]), 4)
+    >>> place[np.array([0, 1, 3, -1])].tolist()
+    [-1, 1, 0, -1]
+    """
+    place = np.full(n + 1, -1, dtype=np.int64)
+    place[selected] = np.arange(len(selected))
+    return place
+
+
 def sorted_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(first, inverse)`` of integer ``values`` as ``np.unique(values, return_index=True, return_inverse=True)`` gives.
 

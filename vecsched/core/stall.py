@@ -29,7 +29,7 @@ import pandas as pd
 
 from vecsched.core.arrays import RequestArrays, take_rows
 from vecsched.core.eligibility import Eligibility
-from vecsched.core.groups import pack_words, unique_rows, unpack_words
+from vecsched.core.groups import pack_words, positions_among, unique_rows, unpack_words
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, takeable_rows
 from vecsched.core.stall_sums import (
     RowSets,
@@ -131,9 +131,7 @@ class EventRows:
 
     def among(self, requests: np.ndarray, n_requests: int) -> EventRows:
         """These rows with ``d_request`` renumbered among ``requests`` (positions of the indexed waiting requests)."""
-        local = np.full(n_requests + 1, -1, np.int64)  # the last cell answers -1
-        local[requests] = np.arange(len(requests))
-        return replace(self, d_request=local[self.d_request])
+        return replace(self, d_request=positions_among(requests, n_requests)[self.d_request])
 
 
 def event_rows(snapshot: Snapshot, worker_index: pd.Index, request_index: pd.Index) -> EventRows:
@@ -144,7 +142,7 @@ def event_rows(snapshot: Snapshot, worker_index: pd.Index, request_index: pd.Ind
         return index.get_indexer(ids).astype(np.int64, copy=False) if len(ids) and len(index) else np.full(len(ids), -1)
 
     return EventRows(
-        returns_of=rows(pd.Index(d.dispatch_id), c.dispatch_id) if len(d) else np.full(len(c), -1),
+        returns_of=rows(pd.Index(d.dispatch_id), c.dispatch_id),
         d_worker=rows(worker_index, d.worker_id),
         c_worker=rows(worker_index, c.worker_id),
         d_request=rows(request_index, d.request_id),
@@ -158,8 +156,7 @@ def window_events(snapshot: Snapshot, found: EventRows, worker_rows: np.ndarray)
     """
     now = snapshot.now
     d, c = snapshot.dispatches, snapshot.capacity_returns
-    local = np.full(len(snapshot.workers.id) + 1, -1, np.int64)  # the last cell answers -1
-    local[worker_rows] = np.arange(len(worker_rows))
+    local = positions_among(worker_rows, len(snapshot.workers.id))
     returns_of = found.returns_of
     returned = np.zeros(len(d), bool)
     returned[returns_of[returns_of >= 0]] = True
