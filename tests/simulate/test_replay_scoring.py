@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks.promotion_tables import tables
+from vecsched.core.pairing import Pair
 from vecsched.core.replay import disable
 from vecsched.simulate import scenario
-from vecsched.simulate.replay_scoring import CALIBRATED, NAME, main, score_seeds
+from vecsched.simulate.replay_scoring import CALIBRATED, NAME, documents, main, score_seeds
 
 
 def test_per_seed_documents_split_the_pooled_pairs_and_tables_show_every_estimator(tmp_path: Path) -> None:
@@ -38,3 +42,38 @@ def test_a_series_with_late_forecasts_shows_its_late_share() -> None:
     assert _series_cell({**series, "late_share": 0.0}) == "80% / 95 / 90%"
     assert _series_cell(series) == "80% / 95 / 90%"
     assert _series_cell({**series, "late_share": 0.25}) == "80% / 95 / 90% / late 25%"
+
+
+def _pairs(seed: int, error: float, n: int = 200) -> list[Pair]:
+    """``n`` start pairs of one seed, observed up to ``error`` seconds after a 100 s p50."""
+    return [Pair(NAME, "text", "start", f"{seed}:r{i}", 0.0, 100.0, 160.0, 100.0 + error * i / n, False)
+            for i in range(n)]
+
+
+def test_a_calibration_pool_widens_each_seeds_p90_from_other_runs_never_its_own() -> None:
+    scored = _pairs(1, 10.0) + _pairs(3, 10.0)
+    try:
+        alone = documents(scored, [1, 3])[1][1]["estimators"][CALIBRATED]["text"]["start"]
+        # Seed 1's later waits are 10 s past the p50; only a pool with a long tail (seed 2) can widen its p90.
+        own_copy = documents(scored, [1, 3], pool=_pairs(1, 0.0))[1][1]["estimators"][CALIBRATED]["text"]["start"]
+        pooled = documents(scored, [1, 3], pool=_pairs(2, 400.0))[1][1]["estimators"][CALIBRATED]["text"]["start"]
+    finally:
+        disable()
+    assert own_copy == alone  # the pool's copy of the scored seed is never learned from
+    assert alone["p90_coverage"] < 0.95 and pooled["p90_coverage"] == 1.0
+
+
+def test_rescoring_a_dump_gives_the_runs_documents_and_refuses_another_scenarios_dump(tmp_path: Path) -> None:
+    run, again, dump = tmp_path / "run", tmp_path / "again", tmp_path / "steady.pkl"
+    try:
+        assert main(["steady", "--minutes", "0.5", "--seed", "3", "-o", str(run), "--dump", str(dump)]) == 0
+        assert main(["steady", "--rescore", str(dump), "--calibrate-with", str(dump), "-o", str(again)]) == 0
+        with pytest.raises(SystemExit, match="a dump of scenario 'steady', not 'targeted'"):
+            main(["targeted", "--rescore", str(dump)])
+        (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
+        with pytest.raises(SystemExit, match="junk.pkl: not a replay_scoring dump"):
+            main(["steady", "--rescore", str(tmp_path / "junk.pkl")])
+    finally:
+        disable()
+    for name in ("promotion.json", "seed-3/promotion.json"):
+        assert json.loads((again / name).read_text()) == json.loads((run / name).read_text())

@@ -3,7 +3,12 @@
 In production the p90 is learned from the rolling window's earlier pairs. In
 the simulator, each seed's forecasts are recalibrated on the pooled pairs of
 the other seeds (never their own), which is the honest equivalent; the p50s
-and stall predictions are unchanged. Writes the ``vecsched.promotion/1``
+and stall predictions are unchanged. Three seeds are a thin stand-in for a
+rolling day of one horde: when one seed holds most of a set's pairs, the two
+others cannot teach its tail. ``--calibrate-with DUMP`` adds the pairs of
+earlier runs of the same scenario (their ``--dump`` files) to every seed's
+calibration, never the seed's own; ``--rescore DUMP`` scores a dump's pairs
+again without simulating. Writes the ``vecsched.promotion/1``
 document with the calibrated series beside the plain ones, under the name
 ``dispatch-replay-v1+conformal``; with ``-o DIR`` also one document per seed
 (``DIR/seed-N/promotion.json``). The replay's cancellation hazard, which the
@@ -11,6 +16,7 @@ job learns from its pairs (:func:`vecsched.core.calibration.cancel_hazards`),
 is likewise taken from the other seeds' runs (seed + 1 for a single seed).
 
     python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR [--set spread=1,9]
+    python -m vecsched.simulate.replay_scoring steady --rescore A.pkl --calibrate-with B.pkl --calibrate-with C.pkl -o DIR
 """
 
 from __future__ import annotations
@@ -31,16 +37,40 @@ from vecsched.snapshot.schema import IMAGE, TEXT
 CALIBRATED = f"{NAME}+conformal"
 
 
-def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: int = 100) -> list[Any]:
+def _seed(pair: Any) -> str:
+    return pair.request_id.split(":", 1)[0]
+
+
+def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: int = 100,
+                     pool: Sequence[Any] = ()) -> list[Any]:
     """``estimator``'s pairs with each seed's p90 recomputed from the other seeds' pairs, renamed.
 
     Seeds are read from the request ids (``SEED:id``, as the simulator writes them).
+    ``pool``: pairs of other runs that every seed also learns from, except its
+    own seed's (a seed of ``pairs`` found in ``pool`` too is taken from ``pairs``).
+
+    Examples
+    --------
+    >>> from vecsched.core.pairing import Pair
+    >>> def pairs(seed, error):
+    ...     return [Pair(NAME, "text", "start", f"{seed}:r{i}", 0.0, 100.0, 160.0, 100.0 + error * i / 200, False)
+    ...             for i in range(200)]
+
+    Seeds 1 and 3 wait at most 10 s past their p50s, the pool's seed 2 up to
+    400 s; the pool's own copy of seed 1 is not learned from.
+
+    >>> scored = pairs(1, 10.0) + pairs(3, 10.0)
+    >>> alone, with_pool = cross_calibrated(scored), cross_calibrated(scored, pool=pairs(2, 400.0) + pairs(1, 0.0))
+    >>> [round(next(p.p90 for p in out if p.request_id == "1:r0")) for out in (alone, with_pool)]
+    [109, 444]
     """
     mine = [p for p in pairs if p.estimator == estimator]
-    seed_of = np.array([p.request_id.split(":", 1)[0] for p in mine], dtype=object)
+    scored = {_seed(p) for p in mine}
+    mine_pool = [p for p in pool if p.estimator == estimator and _seed(p) not in scored]
+    seed_of = np.array([_seed(p) for p in mine], dtype=object)
     out = []
     for seed in sorted(set(seed_of)):
-        others = [p for p, s in zip(mine, seed_of) if s != seed]
+        others = [p for p, s in zip(mine, seed_of) if s != seed] + mine_pool
         calibration = from_pairs(others, min_pairs=min_pairs)
         own = [p for p, s in zip(mine, seed_of) if s == seed]
         for phase in ("start", "completion"):
@@ -137,7 +167,8 @@ def score(name: str, minutes: float, seeds: Sequence[int]) -> dict[str, Any]:
 def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | None = None,
                 views: Sequence[Callable[[Any], Any]] = (),
                 changes: Mapping[str, Any] | None = None,
-                replay_every: float | None = None) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                replay_every: float | None = None,
+                pool: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
@@ -150,6 +181,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
     ``replay_every``: the replay's forecasts made off the main cycle, at most once per that many
     seconds (``vecsched run --replay-every``): late ones scored from the first sighting, their share
     in each series' ``late_share``. None: every cycle (the default).
+    ``pool``: pairs of other runs the calibrated p90s also learn from (:func:`cross_calibrated`).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
@@ -183,16 +215,17 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
         with open(dump, "wb") as fh:
             pickle.dump({"scenario": name, "minutes": minutes, "seeds": list(seeds), "pairs": pooled,
                          "sighted": sighted}, fh)
-    return documents(pooled, seeds)
+    return documents(pooled, seeds, pool=pool)
 
 
-def documents(pooled: list[Any], seeds: Sequence[int]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+def documents(pooled: list[Any], seeds: Sequence[int],
+              pool: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """The pooled and per-seed promotion documents of plain pairs, with the cross-calibrated series added."""
     from vecsched.core.forecasts import ESTIMATORS
     from vecsched.core.promotion import promotion_document
 
     enable()
-    pooled = pooled + cross_calibrated(pooled)
+    pooled = pooled + cross_calibrated(pooled, pool=pool)
     names = [*ESTIMATORS, CALIBRATED, "adr-wait", "horde-wide"]
 
     def document(pairs: list[Any], of: Sequence[int]) -> dict[str, Any]:
@@ -219,10 +252,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="a ReplaySettings field, as a Python literal (e.g. spread=1,9)")
     parser.add_argument("--replay-every", type=float, metavar="SECONDS",
                         help="the replay off the main cycle, once per SECONDS of simulated time (default: every cycle)")
+    parser.add_argument("--calibrate-with", action="append", default=[], metavar="DUMP",
+                        help="a --dump file of earlier runs of the scenario, whose other seeds' pairs the p90s also learn from")
+    parser.add_argument("--rescore", metavar="DUMP", help="score this --dump file's pairs (its seeds) instead of simulating")
     args = parser.parse_args(argv)
-    changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
-    doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes,
-                                replay_every=args.replay_every)
+    pool = [p for path in args.calibrate_with for p in _dumped(path, args.scenario)["pairs"]]
+    if args.rescore:
+        dumped = _dumped(args.rescore, args.scenario)
+        doc, per_seed = documents(dumped["pairs"], dumped["seeds"], pool=pool)
+    else:
+        changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
+        doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes,
+                                    replay_every=args.replay_every, pool=pool)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).
@@ -231,6 +272,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open(os.path.join(where, "promotion.json"), "w", encoding="utf-8") as fh:
                 json.dump(d, fh, indent=1)
     return 0
+
+
+def _dumped(path: str, scenario: str) -> dict[str, Any]:
+    """A ``--dump`` file, refused (SystemExit with the reason) unless it is of ``scenario``."""
+    import pickle
+
+    try:
+        with open(path, "rb") as fh:
+            dumped = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError) as err:
+        raise SystemExit(f"{path}: not a replay_scoring dump ({err})") from None
+    if not isinstance(dumped, dict) or "pairs" not in dumped:
+        raise SystemExit(f"{path}: not a replay_scoring dump")
+    if dumped.get("scenario") != scenario:
+        raise SystemExit(f"{path}: a dump of scenario {dumped.get('scenario')!r}, not {scenario!r}")
+    return dumped
 
 
 if __name__ == "__main__":  # pragma: no cover
