@@ -4,10 +4,10 @@
 
 Each root holds ``SEEDS/SCENARIO/promotion.json`` (pooled seeds), as
 ``python -m vecsched.simulate.replay_scoring ... -o ROOT/SEEDS/SCENARIO`` writes
-them. Prints four Markdown tables of the start series and the stall signal, one
+them. Prints five Markdown tables of the start series, completion coverage and the stall signal, one
 row per (seeds, scenario, gentype) present in both roots, one column per
 estimator: share within tolerance, 90th percentile of |p50 error| (s), p90
-coverage, and stall precision / recall / FPR; each cell ``old -> new``.
+coverage (start and completion), and stall precision / recall / FPR; each cell ``old -> new``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ METRICS = (
     ("start: within tolerance", ORDER, lambda g: _pct(g["start"]["within_tolerance"])),
     ("start: 90th percentile of |p50 error| (s)", ORDER, lambda g: _sec(g["start"]["p90_abs_error"])),
     ("start: p90 coverage", ORDER[len(NO_P90):], lambda g: _pct(g["start"]["p90_coverage"])),
+    ("completion: p90 coverage", ORDER[len(NO_P90):], lambda g: _pct(g["completion"]["p90_coverage"])),
     ("stall: precision / recall / FPR", ORDER[len(NO_P90):],
      lambda g: "/".join(_pct(g["stall"][k]) for k in ("precision", "recall", "false_positive_rate"))),
 )
