@@ -64,3 +64,33 @@ def test_compact_cuts_to_a_row_major_matrix() -> None:
     assert cut.matrix.flags.c_contiguous
     assert cut.matrix.shape == (len(np.unique(query_row)), 4)
     np.testing.assert_array_equal(cut.matrix[local_row, local_col[:30]], matrix[query_row, item_col[:30]])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_packed_count_rows_come_back_exactly_beside_float_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    rows, cols, n, e = 5, 40, 300, 2000
+    sets = rng.random((rows, cols)) < 0.4
+    query_row, item_col = rng.integers(0, rows, n), rng.integers(0, cols, e)
+    query_x = np.sort(rng.random((2, n)) * 10, axis=0)
+    item_x = rng.random(e) * 10
+    # Work (not counts), small counts, and counts whose pair packs into about 2**51: the top bits in use.
+    weights = np.stack([rng.random(e) * 3, rng.integers(0, 2, e), rng.integers(0, 4, e), rng.integers(0, 2**20, e),
+                        rng.integers(0, 2**10, e), rng.random(e)]).astype(np.float64)
+    packed, pairs = stall_sums.pack_counts(weights)
+    assert len(pairs) == 2 and len(packed) == 4  # (1, 2) and (3, 4) travel as one row each
+    got = binned_sums(sets=sets, query_row=query_row, query_x=query_x, item_col=item_col, item_x=item_x, weights=weights)
+    lowest = np.full(n, np.iinfo(np.int64).min)
+    want = _brute(sets, query_row, lowest, query_x, item_col, np.zeros(e, np.int64), item_x, weights)
+    assert np.array_equal(got[1:5], want[1:5])
+    assert np.allclose(got[[0, 5]], want[[0, 5]], rtol=1e-12, atol=1e-9)
+
+
+def test_counts_whose_packed_sums_would_pass_2_to_the_53_stay_apart() -> None:
+    big = np.full(4, 2.0**40)
+    weights = np.stack([big, big, np.array([0.5, 0.0, 0.0, 0.0])])
+    packed, pairs = stall_sums.pack_counts(weights)
+    assert pairs == [] and np.array_equal(packed, weights)
+    # Counts alone, summing below 2**24, run in single precision and are left as they are.
+    small = np.ones((3, 4))
+    assert stall_sums.pack_counts(small)[1] == []

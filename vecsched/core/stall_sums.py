@@ -20,6 +20,7 @@ events per bin), never requests x events.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,7 +105,66 @@ def binned_sums(
     ...     item_x=np.array([1.0, 2.0, 9.0]), weights=np.array([[1.0, 1.0, 1.0]])).tolist()
     [[[1.0, 0.0]]]
     """
-    query_x = np.atleast_2d(query_x)
+    packed, pairs = pack_counts(weights)
+    out = _binned_sums(sets=sets, query_row=query_row, query_x=np.atleast_2d(query_x), item_col=item_col,
+                       item_x=item_x, weights=packed)
+    return unpack_counts(out, len(weights), pairs)
+
+
+def pack_counts(weights: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, float]]]:
+    """``weights`` with pairs of count rows packed into one row each, when the sums are in double precision anyway.
+
+    A sum's cost follows its weights (table cells, reads, pairs). Two rows of counts
+    (non-negative integers) ``a`` and ``b`` travel as ``a + base * b``, ``base`` the power of two
+    above ``a``'s total, while ``base * (b's total + 1) <= 2**53``: every partial sum is then an
+    integer that double precision holds exactly, and :func:`unpack_counts` splits it back. Calls
+    whose weights are all counts below 2**24 run in single precision (:func:`binned_sums`),
+    exact and as narrow, and are left as they are. Returns ``(packed, pairs)``: the rows not
+    packed first, then one row per pair, and the pairs as (low row, high row, base).
+
+    Examples
+    --------
+    >>> packed, pairs = pack_counts(np.array([[1.0, 0.0, 2.0], [0.5, 0.5, 0.0], [0.0, 3.0, 1.0]]))
+    >>> packed.tolist(), pairs
+    ([[0.5, 0.5, 0.0], [1.0, 12.0, 6.0]], [(0, 2, 4.0)])
+    >>> unpack_counts(packed[:, None, :], 3, pairs)[:, 0].tolist()
+    [[1.0, 0.0, 2.0], [0.5, 0.5, 0.0], [0.0, 3.0, 1.0]]
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    counts = np.all((w == np.rint(w)) & (w >= 0), axis=1)
+    totals = w.sum(axis=1)
+    if len(w) < 2 or (counts.all() and totals.max() < 2**24) or np.count_nonzero(counts) < 2:
+        return w, []
+    pairs: list[tuple[int, int, float]] = []
+    free = list(np.flatnonzero(counts))
+    while len(free) >= 2:
+        low, high = free.pop(0), free.pop(0)
+        base = 2.0 ** math.ceil(math.log2(totals[low] + 1))
+        if base * (totals[high] + 1) <= 2.0**53:
+            pairs.append((int(low), int(high), base))
+    paired = {r for low, high, _ in pairs for r in (low, high)}
+    rest = [r for r in range(len(w)) if r not in paired]
+    return np.concatenate([w[rest], *(w[[low]] + base * w[[high]] for low, high, base in pairs)]), pairs
+
+
+def unpack_counts(out: np.ndarray, n_weights: int, pairs: list[tuple[int, int, float]]) -> np.ndarray:
+    """The sums of the ``n_weights`` rows :func:`pack_counts` packed, from the sums ``out[m, ...]`` of its rows."""
+    if not pairs:
+        return out
+    paired = {r for low, high, _ in pairs for r in (low, high)}
+    rest = [r for r in range(n_weights) if r not in paired]
+    full = np.empty((n_weights,) + out.shape[1:])
+    full[rest] = out[: len(rest)]
+    for k, (low, high, base) in enumerate(pairs):
+        packed = out[len(rest) + k]
+        full[high] = np.floor(packed / base)
+        full[low] = packed - full[high] * base
+    return full
+
+
+def _binned_sums(*, sets: np.ndarray | RowSets, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,
+                 item_x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """:func:`binned_sums` of 2-d ``query_x``, its weights as given."""
     n_t, n = query_x.shape
     out = np.zeros((len(weights), n_t, n))
     e = len(item_x)
@@ -115,8 +175,8 @@ def binned_sums(
     if rare.any():  # swept; the others' columns hold more items than a sweep would make rare
         kept = np.flatnonzero(~rare)
         swept = _row_sweep(sets.matrix, query_row, query_x, item_col[rare], item_x[rare], weights[:, rare])
-        return swept + binned_sums(sets=sets, query_row=query_row, query_x=query_x, item_col=item_col[kept],
-                                   item_x=item_x[kept], weights=weights[:, kept])
+        return swept + _binned_sums(sets=sets, query_row=query_row, query_x=query_x, item_col=item_col[kept],
+                                    item_x=item_x[kept], weights=weights[:, kept])
     sets, query_row, item_col = _compact(sets, query_row, item_col)
     order = np.argsort(item_x, kind="stable")
     xs, col = np.take(item_x, order), np.take(item_col, order).astype(np.int64)
