@@ -461,3 +461,50 @@ def test_progress_reads_odd_ids_as_data(db_url, horde_document) -> None:
     assert [progress.read(rid).kudos for rid in odd] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert progress.read("a%") is None and progress.read("a_b") is None and progress.read("?") is None
     engine.dispose()
+
+
+@pytest.mark.parametrize("cell", [
+    {"kudos": float("inf")}, {"kudos": float("nan")}, {"kudos": -3.0}, {"max_length": -1_000_000_000},
+    {"n": -1}, {"n": None}, {"width": 20_000},
+])
+def test_a_row_the_cycle_rejects_is_left_out_of_the_status_route_too(db_url, horde_document, cell, caplog) -> None:
+    """Read per poll straight from the table, a bad cell once gave a 500, ``Infinity``/``NaN`` in the JSON, or a
+    negative wait; the loader rejects such a row, and so does the route's read (one warning, naming the field)."""
+    import sqlalchemy as sa
+
+    from vecsched.service.sql.schema import waiting_prompts
+
+    doc = horde_document()
+    engine = _sql.make_engine(db_url)
+    _sql.import_snapshot(engine, vecsched.load_snapshot(doc))
+    rid = IDS["normal"]
+    with engine.begin() as conn:
+        conn.execute(sa.update(waiting_prompts).where(waiting_prompts.c.id == rid).values(**cell))
+    field = next(iter(cell))
+    loaded = _sql.load_horde(engine, vecsched.load_snapshot(doc).now)
+    progress = DatabaseProgress(engine)
+    with caplog.at_level(logging.WARNING, logger="vecsched.service.progress"):
+        read = progress.read(rid)
+    if db_url.startswith("sqlite") and cell[field] != cell[field]:  # NaN
+        # SQLite stores a NaN as NULL, which takes the default: both read the row.
+        assert rid in set(loaded.requests.id.tolist()) and read.kudos == 0.0
+    else:
+        assert rid not in set(loaded.requests.id.tolist()) and [e.field for e in loaded.rejected] == [field]
+        assert read is None
+        assert [r.getMessage() for r in caplog.records if repr(field) in r.getMessage()] and rid not in caplog.text
+    assert progress.read(IDS["behind"]) is not None  # the other rows are read as before
+    engine.dispose()
+
+
+def test_a_text_cell_in_a_number_column_is_left_out_of_the_status_route(tmp_path, horde_document) -> None:
+    """SQLite stores whatever it is given: ``kudos = 'lots'`` once raised a ValueError (HTTP 500)."""
+    import sqlalchemy as sa
+
+    engine = _sql.make_engine(f"sqlite:///{tmp_path / 'horde.sqlite'}")
+    doc = horde_document()
+    _sql.import_snapshot(engine, vecsched.load_snapshot(doc))
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE waiting_prompts SET kudos = 'lots', n = 'x' WHERE id = :rid"), {"rid": IDS["normal"]})
+    service = StatusService(store=None, progress=DatabaseProgress(engine))
+    assert service.progress.read(IDS["normal"]) is None
+    engine.dispose()

@@ -228,24 +228,9 @@ def validate_columns(
             # A list's entries obey the string rules; an entry's fault is its row's.
             for mask, message in string_problems(values.values):
                 reject(np.bincount(values.owners()[mask], minlength=n) > 0, col.name, "entry " + message)
-        if col.kind == "enum":
-            reject((values < 0) | (values >= len(col.choices)), col.name, f"must be one of {', '.join(col.choices)}")
-        if col.kind in ("int", "float"):
-            if col.kind == "float":
-                finite = np.isfinite(values)
-                broken = ~finite if not col.nullable else (~finite & ~np.isnan(values))
-                reject(broken, col.name, "must be a finite number")
-            present = ~np.isnan(values) if col.kind == "float" else np.ones(n, dtype=bool)
-            if col.minimum is not None:
-                reject(present & (values < col.minimum), col.name, f"must be >= {_number(col.minimum)}")
-            if col.maximum is not None:
-                reject(present & (values > col.maximum), col.name, f"must be <= {_number(col.maximum)}")
-            if col.kind == "int":
-                # Integers arrive 64-bit and are narrowed after this check, so a
-                # value the column's dtype cannot hold is an error, never a wrap.
-                limits = np.iinfo(np.dtype(col.dtype))
-                reject((values < limits.min) | (values > limits.max), col.name, f"must fit {col.dtype}")
-        elif col.kind == "str_list" and col.maximum is not None:
+        for mask, message in value_problems(col, values):
+            reject(mask, col.name, message)
+        if col.kind == "str_list" and col.maximum is not None:
             offsets = values.offsets
             reject(np.diff(offsets) > col.maximum, col.name, f"at most {int(col.maximum)} entries")
         elif col.kind == "time":
@@ -260,6 +245,40 @@ def validate_columns(
         first = ~pd.Index(ids).duplicated(keep="first")
     reject(~first, "id", "duplicate id")
     return ~bad
+
+
+def value_problems(col: Column, values: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """The value rules of an enum or number column on its typed ``values``: ``[(bad mask, message), ...]``.
+
+    Shared by :func:`validate_columns` and by the status route's read of one
+    row (:mod:`vecsched.service.progress`), so a cell the cycle rejects is
+    rejected there too.
+
+    Examples
+    --------
+    >>> n = next(c for c in REQUEST_COLUMNS if c.name == "n")
+    >>> [(mask.tolist(), message) for mask, message in value_problems(n, np.array([3, -1, 5000]))]
+    [([False, True, False], 'must be >= 0'), ([False, False, True], 'must be <= 1000')]
+    """
+    problems: list[tuple[np.ndarray, str]] = []
+    if col.kind == "enum":
+        problems.append(((values < 0) | (values >= len(col.choices)), f"must be one of {', '.join(col.choices)}"))
+    elif col.kind in ("int", "float"):
+        present = np.ones(len(values), dtype=bool)
+        if col.kind == "float":
+            finite = np.isfinite(values)
+            problems.append((~finite if not col.nullable else (~finite & ~np.isnan(values)), "must be a finite number"))
+            present = ~np.isnan(values)
+        if col.minimum is not None:
+            problems.append((present & (values < col.minimum), f"must be >= {_number(col.minimum)}"))
+        if col.maximum is not None:
+            problems.append((present & (values > col.maximum), f"must be <= {_number(col.maximum)}"))
+        if col.kind == "int":
+            # Integers arrive 64-bit and are narrowed after this check, so a
+            # value the column's dtype cannot hold is an error, never a wrap.
+            limits = np.iinfo(np.dtype(col.dtype))
+            problems.append(((values < limits.min) | (values > limits.max), f"must fit {col.dtype}"))
+    return [(mask, message) for mask, message in problems if mask.any()]
 
 
 def _as_id(value: Any) -> str | None:
