@@ -390,3 +390,22 @@ def test_list_column_attaches_a_repeated_id_to_its_first_row() -> None:
     assert col.tolist() == [["w", "x"], ["y"], []]
     col = _generic._list_column(["b", "a", "a"], ["y", "x", "w"], None, rows)
     assert col.tolist() == [["x", "w"], ["y"], []]
+
+
+def test_sqlite_times_far_out_or_spelled_as_words_cost_their_row_only(tmp_path) -> None:
+    """Year 2999 once overflowed nanoseconds and failed the whole load; 'now' was read as the wall clock."""
+    engine = _sql.make_engine(f"sqlite:///{tmp_path / 'horde.sqlite'}")
+    _sql.init_db(engine)
+    row = dict(user_id="u", gentype="text", n=1, created="2026-11-29 11:58:00", expiry="2026-11-29 12:18:00")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO waiting_prompts (id, user_id, gentype, n, created, expiry) "
+                             "VALUES (:id, :user_id, :gentype, :n, :created, :expiry)"),
+                     [dict(row, id="r-good"), dict(row, id="r-2999", expiry="2999-01-01 00:00:00"),
+                      dict(row, id="r-now", created="now"), dict(row, id="r-today", expiry="today"),
+                      dict(row, id="r-nano", created="2026-11-29 11:58:00.123456789")])
+    snap = _sql.load_horde(engine, NOW.timestamp())
+    assert sorted(snap.requests.id.tolist()) == ["r-2999", "r-good", "r-nano"]
+    assert {(e.id, e.field) for e in snap.rejected} == {("r-now", "created"), ("r-today", "expiry")}
+    times = dict(zip(snap.requests.id, snap.requests.expiry))
+    assert times["r-2999"] == datetime(2999, 1, 1, tzinfo=timezone.utc).timestamp()
+    engine.dispose()

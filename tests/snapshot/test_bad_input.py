@@ -235,3 +235,16 @@ def test_cli_reports_bad_rows_and_estimates_the_rest(tmp_path: Path) -> None:
     assert "requests[1]" in result.stderr and "'bad'" in result.stderr and "'n'" in result.stderr
     estimates = json.loads(result.stdout)["estimates"]
     assert "bad" not in estimates and {"r1", "r2", "r3", "r4", "r5"} <= set(estimates)
+
+
+def test_one_rows_nanoseconds_do_not_reject_another_rows_far_time() -> None:
+    """A time with nanoseconds once put the whole column at nanosecond resolution, where 2999 overflows."""
+    doc = base_horde()
+    doc["requests"][0]["expiry"] = "2999-01-01T00:00:00Z"
+    doc["requests"][1]["created"] = "2026-11-29T11:51:00.123456789Z"
+    doc["requests"][2]["created"] = "now"
+    snap = vecsched.load_snapshot(doc)
+    assert [(e.id, e.field) for e in snap.rejected] == [("r3", "created")]
+    expiry = dict(zip(snap.requests.id, snap.requests.expiry))
+    created = dict(zip(snap.requests.id, snap.requests.created))
+    assert expiry["r1"] == 32472144000.0 and created["r2"] == pd.Timestamp("2026-11-29T11:51:00.123456Z").timestamp()

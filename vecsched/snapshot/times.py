@@ -20,13 +20,35 @@ def parse_times(raw: list[Any]) -> np.ndarray:
     idx = np.fromiter((k for k, _ in strings), dtype=np.int64, count=len(strings))
     series = pd.Series([v for _, v in strings], dtype=object)
     zoned = series.str.contains(r"(?:Z|z|[+-]\d\d:?\d\d)$", regex=True).to_numpy(dtype=bool)
-    parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
-    ok = zoned & parsed.notna().to_numpy()
-    # Microseconds, not nanoseconds: year 2999 must not wrap around int64.
-    micros = parsed.dt.tz_localize(None).to_numpy().astype("datetime64[us]").astype(np.int64)
-    seconds = micros / 1e6
+    seconds = iso_seconds(series, utc=True)
+    ok = zoned & ~np.isnan(seconds)
     out[idx[ok]] = seconds[ok]
     return out
+
+
+def iso_seconds(series: pd.Series, *, utc: bool) -> np.ndarray:
+    """Epoch seconds of ISO 8601 date-times in ``series`` (naive ones as UTC); NaN for anything else.
+
+    Only text that starts as a date does (pandas reads ``"now"`` and ``"today"`` as the
+    wall clock). Fractions are cut to microseconds and the result read at microsecond
+    resolution: one value with nanoseconds must not put the whole column at nanosecond
+    resolution, where year 2999 overflows and, in one row, rejects or fails another.
+
+    Examples
+    --------
+    >>> iso_seconds(pd.Series(["2999-01-01T00:00:00Z", "1970-01-01T00:00:01.123456789Z", "now"]), utc=True).tolist()
+    [32472144000.0, 1.123456, nan]
+    """
+    text = series.astype(object).where(series.map(lambda v: isinstance(v, str)), "")
+    dated = text.str.match(r"\d{4}-\d\d-\d\d").to_numpy(dtype=bool)
+    cut = text.str.replace(r"(\.\d{6})\d+", r"\1", regex=True).where(dated, "")
+    parsed = pd.to_datetime(cut, utc=utc, errors="coerce", format="ISO8601")
+    if utc:
+        parsed = parsed.dt.tz_localize(None)
+    micros = parsed.to_numpy().astype("datetime64[us]")
+    seconds = micros.astype(np.int64) / 1e6
+    seconds[np.isnat(micros) | ~dated] = np.nan
+    return seconds
 
 
 _EPOCH_LIMIT = 253_402_300_800.0  # 10000-01-01: past it a time cannot be written back as ISO 8601

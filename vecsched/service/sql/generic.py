@@ -23,6 +23,7 @@ from vecsched.snapshot.cells import (
 )
 from vecsched.snapshot.schema import Column
 from vecsched.snapshot.snapshot import ListColumn
+from vecsched.snapshot.times import iso_seconds
 
 
 def _epoch(engine_or_conn: Engine | Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
@@ -199,11 +200,7 @@ def _sqlite_epochs(values: list[Any]) -> np.ndarray:
     out = np.full(len(values), np.nan)
     where = [k for k, v in enumerate(values) if isinstance(v, str)]
     if where:
-        series = pd.Series([values[k] for k in where], dtype=object)
-        parsed = pd.to_datetime(series, utc=True, errors="coerce", format="ISO8601")
-        seconds = parsed.to_numpy(dtype="datetime64[ns]").astype(np.int64) / 1e9
-        seconds[parsed.isna().to_numpy()] = np.nan
-        out[np.asarray(where)] = seconds
+        out[np.asarray(where)] = iso_seconds(pd.Series([values[k] for k in where], dtype=object), utc=True)
     return out
 
 
