@@ -278,3 +278,22 @@ def test_sql_records_expire_and_pairs_leave_the_window(tmp_path) -> None:
     backend.trim(3000.0, now=2000.0)
     assert backend.record("old") == {} and "forecast:x" in backend.record("new")
     assert [p.request_id for p in backend.pairs(0, 1e12)] == ["new"]
+
+
+def test_a_256_byte_request_id_is_recorded_on_postgresql_and_old_tables_are_widened(pg_url) -> None:
+    """The loader takes ids of 256 bytes; a varchar(255) column once failed every cycle's whole batch of records."""
+    import sqlalchemy as sa
+
+    from vecsched.service.forecasts_sql import SQLPairs
+
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:  # a table as an older vecsched made it
+        conn.execute(sa.text("CREATE TABLE vs_forecast_fields (request_id varchar(255), field varchar(255), "
+                             "value text NOT NULL, expires_at float NOT NULL, PRIMARY KEY (request_id, field))"))
+    long_id = "r" * 256
+    recorder = ForecastRecorder(SQLPairs(engine))
+    recorder.record_forecasts([(long_id, "text", 1000.0, {"x": FORECAST}), ("short", "text", 1000.0, {"x": FORECAST})],
+                              now=900.0)
+    backend = SQLPairs(engine)
+    assert "forecast:x" in backend.record(long_id) and "forecast:x" in backend.record("short")
+    engine.dispose()

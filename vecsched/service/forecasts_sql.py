@@ -24,7 +24,9 @@ metadata = sa.MetaData()
 fields_table = sa.Table(
     "vs_forecast_fields",
     metadata,
-    sa.Column("request_id", sa.String(255), primary_key=True),
+    # Unbounded: the loader takes ids of up to 256 bytes, and one longer than a
+    # bounded column failed every cycle's whole batch of records.
+    sa.Column("request_id", sa.String(), primary_key=True),
     sa.Column("field", sa.String(255), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=False, index=True),
@@ -35,7 +37,7 @@ pairs_table = sa.Table(
     sa.Column("estimator", sa.String(100), primary_key=True),
     sa.Column("gentype", sa.String(10), primary_key=True),
     sa.Column("phase", sa.String(20), primary_key=True),
-    sa.Column("request_id", sa.String(255), primary_key=True),
+    sa.Column("request_id", sa.String(), primary_key=True),
     sa.Column("at", sa.Float, nullable=False, index=True),
     sa.Column("data", sa.Text, nullable=False),
 )
@@ -53,6 +55,18 @@ def _insert_ignore(engine: sa.Engine, table: sa.Table) -> Any:
     else:
         from sqlalchemy.dialects.sqlite import insert
     return insert(table).on_conflict_do_nothing()
+
+
+def _widen_request_ids(engine: sa.Engine) -> None:
+    """Tables made before request ids were unbounded (``varchar(255)``) take any id the loader does (idempotent)."""
+    tables = [t.name for t in (fields_table, pairs_table)]
+    with engine.begin() as conn:
+        bounded = conn.execute(sa.text(
+            "SELECT table_name FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = ANY(:tables) AND column_name = 'request_id' AND character_maximum_length IS NOT NULL"),
+            {"tables": tables}).scalars().all()
+        for name in bounded:
+            conn.execute(sa.text(f'ALTER TABLE "{name}" ALTER COLUMN request_id TYPE varchar'))
 
 
 class SQLPairs:
@@ -76,6 +90,8 @@ class SQLPairs:
     def _ensure(self) -> None:
         if not self._ready:
             metadata.create_all(self.engine)
+            if self.engine.dialect.name == "postgresql":
+                _widen_request_ids(self.engine)
             self._ready = True
 
     def write(self, writes: Sequence[Write]) -> list[dict[str, str]]:
