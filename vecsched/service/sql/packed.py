@@ -40,6 +40,10 @@ FIXED: dict[int, tuple[str, str, int]] = {
     1184: ("timestamptz_send", ">i8", 1185),
 }
 TIMES = frozenset({1114, 1184})
+# The zero a NULL cell is read as, in its column's own type: coalesce(smallint, 0) is an integer,
+# which int2send does not take.
+_ZEROS = {21: "0::int2", 23: "0::int4", 20: "0::int8", 700: "0::float4", 701: "0::float8",
+          1114: "'epoch'::timestamp", 1184: "'epoch'::timestamptz"}
 _BOOL = 16
 _BITS = 31  # booleans (and NULL marks) per int4 word
 
@@ -103,8 +107,7 @@ def plan(labels: list[str], oids: list[int], text: list[bool], nullable: set[int
             parts.append(Part("bit", word, bit, null_bit))
         else:
             send, dtype, _ = FIXED[oid]
-            zero = "0" if oid not in TIMES else "'epoch'"
-            value = f"{send}(coalesce({col}, {zero}))" if null_bit else f"{send}({col})"
+            value = f"{send}(coalesce({col}, {_ZEROS[oid]}))" if null_bit else f"{send}({col})"
             fields.append((value, dtype))
             parts.append(Part("field", len(fields) - 1, null_bit=null_bit))
     words = [" | ".join(terms) for terms in bit_terms + null_terms]
