@@ -119,3 +119,19 @@ def test_the_job_loader_prunes_the_event_tables(sqlite_url: str) -> None:
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(dispatches)).scalar_one() == 0
         assert conn.execute(sa.select(sa.func.count()).select_from(capacity_returns)).scalar_one() == 0
+
+
+def test_a_return_without_a_time_is_rejected_and_counted_and_its_dispatch_kept(db_url: str) -> None:
+    """A NULL returned_at fell outside the cut's comparison: the row was lost without a word."""
+    snap = _snapshot([_dispatch("d1", 30), _dispatch("d2", 40)],
+                     [{"dispatch_id": "d2", "worker_id": "w1", "returned_at": _iso(10)}])
+    engine = make_engine(db_url)
+    import_snapshot(engine, snap)
+    with engine.begin() as conn:
+        conn.execute(capacity_returns.insert().values(dispatch_id="d1", worker_id="w1", returned_at=None))
+    for fast in (True, False):
+        loaded = load_horde(engine, snap.now, fast=fast)
+        assert [(e.table, e.id, e.field) for e in loaded.rejected] == [("capacity_returns", "d1", "returned_at")]
+        got_d, got_r = _events(loaded)
+        assert set(got_d) == {"d1", "d2"} and set(got_r) == {"d2"}
+    engine.dispose()

@@ -36,7 +36,9 @@ def _not_returned_before_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnEle
 # table name -> the WHERE clause of the rows a cycle loads (parameter ``cut``)
 EVENT_FILTERS: dict[str, sa.ColumnElement[bool]] = {
     "dispatches": _not_returned_before_cut(dispatches.c.dispatch_id),
-    "capacity_returns": capacity_returns.c.returned_at >= CUT,
+    # A NULL time is loaded so that it is rejected and counted (as the JSON path does), not lost unseen;
+    # it closes no dispatch before the cut either.
+    "capacity_returns": (capacity_returns.c.returned_at >= CUT) | capacity_returns.c.returned_at.is_(None),
     "dispatch_priority_users": _not_returned_before_cut(dispatch_priority_users.c.dispatch_id),
 }
 
