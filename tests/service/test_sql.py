@@ -428,3 +428,28 @@ def test_fast_path_reads_a_null_in_a_column_of_any_fixed_width_type(pg_url: str,
     _same_snapshot(fast, _sql.load_horde(engine, NOW.timestamp(), fast=False))
     assert len(fast.workers) == len(snap.workers) and fast.rejected == ()
     engine.dispose()
+
+
+def test_a_table_locked_by_a_migration_fails_the_cycle_with_its_reason(pg_url: str, monkeypatch) -> None:
+    """With no lock timeout, a held ACCESS EXCLUSIVE lock stalled the job without a log line until released."""
+    import time as _time
+
+    from vecsched.service.job import run_cycle
+    from vecsched.service.sql import schema as _schema
+    from vecsched.service.store.sql import SQLStore
+
+    monkeypatch.setattr(_schema, "LOCK_TIMEOUT_SECONDS", 0.5)
+    engine = _sql.make_engine(pg_url)
+    _sql.import_snapshot(engine, horde(workers=10, requests=50, seed=1), shift_to=NOW.timestamp())
+    migration = sa.create_engine(pg_url)
+    with migration.connect() as holder:
+        holder.execute(sa.text("LOCK TABLE waiting_prompts IN ACCESS EXCLUSIVE MODE"))
+        started = _time.monotonic()
+        report = run_cycle(lambda now: _sql.load_horde(engine, now), SQLStore(_sql.make_engine("sqlite://")),
+                           lambda: NOW.timestamp())
+        waited = _time.monotonic() - started
+        holder.rollback()
+    assert not report.ok and "lock timeout" in (report.error or "").lower() and waited < 5.0
+    assert _sql.load_horde(engine, NOW.timestamp()).requests  # the lock gone, the next cycle loads
+    engine.dispose()
+    migration.dispose()

@@ -140,8 +140,19 @@ _MAIN = {
 }
 
 
+LOCK_TIMEOUT_SECONDS = 10.0
+"""How long a statement waits for a lock on PostgreSQL before it fails (and with it the cycle, which says why)."""
+CONNECT_TIMEOUT_SECONDS = 10
+"""How long opening a PostgreSQL connection may take before it fails."""
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite files get WAL so readers never block the job.
+
+    On PostgreSQL a statement waits at most :data:`LOCK_TIMEOUT_SECONDS` for a
+    lock and a connection opens within :data:`CONNECT_TIMEOUT_SECONDS`: a table
+    held by a migration, or a server that stops answering, fails the cycle with
+    the reason in its log line instead of stalling the job without a word.
 
     Examples
     --------
@@ -162,7 +173,19 @@ def make_engine(url: str) -> Engine:
         from vecsched.service.sqlite_file import watch_file
 
         return watch_file(engine)
-    return sa.create_engine(url, pool_pre_ping=True)
+    connect_args = {} if "connect_timeout" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    if engine.dialect.name == "postgresql":
+
+        @sa.event.listens_for(engine, "connect")
+        def _lock_timeout(dbapi_conn: Any, _record: Any) -> None:
+            # A session setting, committed: the pool's rollback on return must not undo it.
+            cur = dbapi_conn.cursor()
+            cur.execute(f"SET SESSION lock_timeout = {int(LOCK_TIMEOUT_SECONDS * 1000)}")
+            cur.close()
+            dbapi_conn.commit()
+
+    return engine
 
 
 def init_db(engine: Engine) -> None:
