@@ -132,8 +132,15 @@ def unbucket(fields: dict[bytes, bytes]) -> dict[str, str]:
     {'r2': '[2]', 'r1': '[1]', 'r3': '[3]'}
     >>> unbucket({b"r1": b"[1]"})
     {'r1': '[1]'}
+
+    A request whose id is ``#`` holds a payload there, never a bucket count
+    (the status read's script tells them apart the same way):
+
+    >>> unbucket({b"#": b"[1]", b"r2": b"[2]"})
+    {'#': '[1]', 'r2': '[2]'}
     """
-    if BUCKETS_FIELD.encode() not in fields:
+    marker = fields.get(BUCKETS_FIELD.encode())
+    if marker is None or not marker.isdigit():
         return {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
     out: dict[str, str] = {}
     for name, blob in fields.items():
