@@ -508,3 +508,19 @@ def test_a_text_cell_in_a_number_column_is_left_out_of_the_status_route(tmp_path
     service = StatusService(store=None, progress=DatabaseProgress(engine))
     assert service.progress.read(IDS["normal"]) is None
     engine.dispose()
+
+
+@pytest.mark.parametrize("db", ["nonsense://x", "postgresql+psycopg2://postgres:hunter2@127.0.0.1:5432/test"])
+def test_serve_with_redis_refuses_a_bad_database_in_one_line_before_forking(db: str) -> None:
+    """With --redis the store never opened the database, so a bad URL or missing driver once failed in every
+    worker process, two tracebacks each, then a crash loop."""
+    import importlib.util
+
+    if "psycopg2" in db and importlib.util.find_spec("psycopg2") is not None:
+        pytest.skip("psycopg2 is installed here: that URL would open")
+    got = subprocess.run([sys.executable, "-m", "vecsched", "serve", "--processes", "1", "--port", str(_free_port()),
+                          "--redis", "redis://127.0.0.1:6379/0", "--db", db],
+                         capture_output=True, text=True, timeout=60)
+    out = got.stdout + got.stderr
+    assert got.returncode != 0 and "Traceback" not in out and "hunter2" not in out
+    assert len(out.strip().splitlines()) == 1 and out.startswith("vecsched: ")

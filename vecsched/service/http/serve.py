@@ -13,6 +13,8 @@ import os
 import urllib.parse
 from typing import Any
 
+from vecsched.service.progress import DatabaseProgress
+
 log = logging.getLogger("vecsched.http")
 
 
@@ -147,12 +149,15 @@ def serve(
         raise ValueError("--processes and --threads must be >= 1")
     from vecsched.service.config import open_store
 
-    # Opened once here so a bad configuration fails before any process forks.
+    # Opened once here so a bad configuration fails before any process forks: the store, and the
+    # horde database the per-poll progress reads (with --redis the store never opens it), whose bad
+    # URL or missing driver would otherwise fail in every worker process, traceback and all.
     store = open_store(redis_url=redis_url, database_url=database_url, prefix=prefix)
     kind = type(store).__name__
     if publish_forecast:
         announce_publication(publish_forecast, store)
     store.close()
+    DatabaseProgress(database_url).close()
     log.info(
         "serving on %s:%s with %d processes x %d threads; publication store %s; database %s; progress %s",
         host, port, processes, threads, kind, redact_url(database_url),
