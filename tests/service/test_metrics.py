@@ -119,3 +119,23 @@ def test_cli_once_prints_one_cycles_metrics_as_json(tmp_path) -> None:
     doc = json.loads(out.stdout[start:])
     names = {m["name"] for rm in doc["resource_metrics"] for sm in rm["scope_metrics"] for m in sm["metrics"]}
     assert {"vecsched.cycle.duration", "vecsched.cycle.rows"} <= names
+
+
+def test_a_good_cycle_of_an_empty_queue_resets_the_age_and_a_failed_one_does_not(reader, tmp_path) -> None:
+    """The age once reset only when a cycle published a request: a quiet horde looked like a stuck job."""
+    import time
+
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    store = SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}")
+    empty = horde(workers=5, requests=0, seed=1)
+    report = run_cycle(lambda t: empty, store, time.time, interval=5.0, observe=metrics.observer(5.0))
+    assert report.ok and report.published == 0
+    assert _points(reader)["vecsched.cycle.age"][0].value < 60
+    at = metrics.published_at
+
+    def broken(t):
+        raise OSError("database down")
+
+    assert not run_cycle(broken, store, time.time, interval=5.0, observe=metrics.observer(5.0)).ok
+    assert metrics.published_at == at

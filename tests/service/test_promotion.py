@@ -130,3 +130,7 @@ def test_cli_prints_the_document_and_the_table(tmp_path, capsys) -> None:
     assert "eligible-share-v1" in capsys.readouterr().out
     assert main(["promotion", "--redis", "redis://127.0.0.1:1/0"]) == 1  # no traceback, an error line
     assert "cannot read" in capsys.readouterr().err
+    # A database error is one line too, without the driver's hint and background link.
+    assert main(["promotion", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/test?connect_timeout=1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vecsched: cannot read") and len(err.strip().splitlines()) == 1 and "sqlalche.me" not in err

@@ -41,12 +41,13 @@ def _promotion(args: argparse.Namespace) -> int:
     from vecsched.service.config import open_store
     from vecsched.service.forecast_job import recorder_for
     from vecsched.core.promotion import format_table, read_promotion
+    from vecsched.errors import describe
 
     try:
         recorder = recorder_for(open_store(redis_url=args.redis, database_url=args.db, prefix=args.prefix))
         doc = read_promotion(recorder.backend, now=time.time(), window=args.window)
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a CLI user
-        print(f"vecsched: cannot read the forecast pairs: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"vecsched: cannot read the forecast pairs: {describe(exc)}", file=sys.stderr)
         return 1
     print(json.dumps(doc, indent=1) if args.json else format_table(doc))
     return 0

@@ -119,7 +119,8 @@ class CycleMetrics:
             reasons[reason] = reasons.get(reason, 0) + 1
         for reason, n in reasons.items():
             self.rejected.add(n, {"reason": reason})
-        if report.ok and report.published:
+        # An empty queue is published too (a cycle of no requests); a superseded cycle is not.
+        if report.ok and not report.superseded:
             self.published_at = report.cycle_time
 
     def _pressure(self, estimates: Any) -> None:
