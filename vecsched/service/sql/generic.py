@@ -118,7 +118,7 @@ class _GenericFetch:
                 sql_col = _bounded(self.conn, sql_col)
             selected.append(sa.type_coerce(sql_col, NullType()))
         with _gc_paused():
-            query = sa.select(*selected).order_by(*table.primary_key.columns)
+            query = sa.select(*selected).order_by(*(_code_point_order(self.conn, c) for c in table.primary_key.columns))
             if where is not None:
                 query = query.where(where)
             rows = self._all(query, params)
@@ -171,6 +171,17 @@ class _GenericFetch:
             return self.conn.execute(statement, params or {}).all()
         finally:
             driver.text_factory = before
+
+
+def _code_point_order(conn: Connection, column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """``column`` to sort by in code point order, as the fast path sorts ids (SQLite's BINARY already does).
+
+    A PostgreSQL database of another collation (en_US.UTF-8, ICU) sorts ids otherwise, and the two
+    paths then gave the same rows in different orders, with different row numbers in their errors.
+    """
+    if conn.dialect.name == "postgresql" and isinstance(column.type, sa.String):
+        return column.collate("C")
+    return column
 
 
 def _raw_from_list(col: Column, values: list[Any], *, text_times: bool = False) -> _Raw:
