@@ -144,7 +144,12 @@ def _judge_array(col: Column, value: _PgArray) -> _Raw:
     # float
     if kind == "b":
         return _Raw(np.zeros(len(present)), value.null, [(present, "must be a number")])
-    arr = value.values.astype(np.float64)
+    if value.values.dtype == np.float32:
+        # A real as PostgreSQL writes it (its shortest digits, 25.7), as the generic path reads it; widened
+        # bit for bit it would be 25.700000762939453.
+        arr = value.values.astype(str).astype(np.float64)
+    else:
+        arr = value.values.astype(np.float64)
     bad = present & ~np.isfinite(arr)
     arr[bad] = 0.0
     arr[value.null] = np.nan
