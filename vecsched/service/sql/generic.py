@@ -179,8 +179,9 @@ def _code_point_order(conn: Connection, column: sa.ColumnElement[Any]) -> sa.Col
     A PostgreSQL database of another collation (en_US.UTF-8, ICU) sorts ids otherwise, and the two
     paths then gave the same rows in different orders, with different row numbers in their errors.
     """
-    if conn.dialect.name == "postgresql" and isinstance(column.type, sa.String):
-        return column.collate("C")
+    if conn.dialect.name == "postgresql":
+        # As text: the horde's uuid (or integer) keys take no collation, and the fast path sorts their text.
+        return sa.cast(column, sa.Text()).collate("C")
     return column
 
 
