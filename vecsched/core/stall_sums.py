@@ -142,8 +142,7 @@ def pack_counts(weights: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int, f
         base = 2.0 ** math.ceil(math.log2(totals[low] + 1))
         if base * (totals[high] + 1) <= 2.0**53:
             pairs.append((int(low), int(high), base))
-    paired = {r for low, high, _ in pairs for r in (low, high)}
-    rest = [r for r in range(len(w)) if r not in paired]
+    rest = _unpaired(len(w), pairs)
     return np.concatenate([w[rest], *(w[[low]] + base * w[[high]] for low, high, base in pairs)]), pairs
 
 
@@ -151,8 +150,7 @@ def unpack_counts(out: np.ndarray, n_weights: int, pairs: list[tuple[int, int, f
     """The sums of the ``n_weights`` rows :func:`pack_counts` packed, from the sums ``out[m, ...]`` of its rows."""
     if not pairs:
         return out
-    paired = {r for low, high, _ in pairs for r in (low, high)}
-    rest = [r for r in range(n_weights) if r not in paired]
+    rest = _unpaired(n_weights, pairs)
     full = np.empty((n_weights,) + out.shape[1:])
     full[rest] = out[: len(rest)]
     for k, (low, high, base) in enumerate(pairs):
@@ -160,6 +158,12 @@ def unpack_counts(out: np.ndarray, n_weights: int, pairs: list[tuple[int, int, f
         full[high] = np.floor(packed / base)
         full[low] = packed - full[high] * base
     return full
+
+
+def _unpaired(n_weights: int, pairs: list[tuple[int, int, float]]) -> list[int]:
+    """The rows :func:`pack_counts` left as they were, in order: the first rows of its output."""
+    paired = {r for low, high, _ in pairs for r in (low, high)}
+    return [r for r in range(n_weights) if r not in paired]
 
 
 def _binned_sums(*, sets: np.ndarray | RowSets, query_row: np.ndarray, query_x: np.ndarray, item_col: np.ndarray,

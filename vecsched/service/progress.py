@@ -165,21 +165,20 @@ def _value(row: Any, name: str) -> Any:
 
 
 def _progress(row: Any) -> RequestProgress:
-    for name in _CHECKED:
-        _value(row, name)
-    n = int(_value(row, "n"))
-    gentype = GENTYPES[_value(row, "gentype")]
+    cell = {name: _value(row, name) for name in _CHECKED}  # every checked cell judged once, used or not
+    n = int(cell["n"])
+    gentype = GENTYPES[cell["gentype"]]
     if gentype == "image":
-        per_job = float(_value(row, "width")) * float(_value(row, "height")) * float(_value(row, "steps"))
+        per_job = float(cell["width"]) * float(cell["height"]) * float(cell["steps"])
     else:
-        per_job = float(_value(row, "max_length"))
+        per_job = float(cell["max_length"])
     return RequestProgress(
         gentype=gentype,
         n=n,
-        jobs=int(_value(row, "jobs")),
-        kudos=float(_value(row, "kudos")),
-        active=bool(_value(row, "active")),
-        faulted=bool(_value(row, "faulted")),
+        jobs=int(cell["jobs"]),
+        kudos=float(cell["kudos"]),
+        active=bool(cell["active"]),
+        faulted=bool(cell["faulted"]),
         processing=int(row["processing"] or 0),
         finished=int(row["finished"] or 0),
         restarted=int(row["restarted"] or 0),

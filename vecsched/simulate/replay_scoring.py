@@ -233,7 +233,7 @@ def documents(pooled: list[Any], seeds: Sequence[int],
         return promotion_document(pairs, now=max(times), window=max(max(times) - min(times), 1.0), seeds=list(of),
                                   estimators=names)
 
-    per_seed = {seed: document([p for p in pooled if p.request_id.split(":", 1)[0] == str(seed)], [seed])
+    per_seed = {seed: document([p for p in pooled if _seed(p) == str(seed)], [seed])
                 for seed in seeds}
     return document(pooled, seeds), per_seed
 

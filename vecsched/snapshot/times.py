@@ -20,14 +20,14 @@ def parse_times(raw: list[Any]) -> np.ndarray:
     idx = np.fromiter((k for k, _ in strings), dtype=np.int64, count=len(strings))
     series = pd.Series([v for _, v in strings], dtype=object)
     zoned = series.str.contains(r"(?:Z|z|[+-]\d\d:?\d\d)$", regex=True).to_numpy(dtype=bool)
-    seconds = iso_seconds(series, utc=True)
+    seconds = iso_seconds(series)
     ok = zoned & ~np.isnan(seconds)
     out[idx[ok]] = seconds[ok]
     return out
 
 
-def iso_seconds(series: pd.Series, *, utc: bool) -> np.ndarray:
-    """Epoch seconds of ISO 8601 date-times in ``series`` (naive ones as UTC); NaN for anything else.
+def iso_seconds(series: pd.Series) -> np.ndarray:
+    """Epoch seconds of the ISO 8601 date-times in a ``series`` of strings (naive ones as UTC); NaN for anything else.
 
     Only text that starts as a date does (pandas reads ``"now"`` and ``"today"`` as the
     wall clock). Fractions are cut to microseconds and the result read at microsecond
@@ -36,15 +36,12 @@ def iso_seconds(series: pd.Series, *, utc: bool) -> np.ndarray:
 
     Examples
     --------
-    >>> iso_seconds(pd.Series(["2999-01-01T00:00:00Z", "1970-01-01T00:00:01.123456789Z", "now"]), utc=True).tolist()
+    >>> iso_seconds(pd.Series(["2999-01-01T00:00:00Z", "1970-01-01T00:00:01.123456789Z", "now"])).tolist()
     [32472144000.0, 1.123456, nan]
     """
-    text = series.astype(object).where(series.map(lambda v: isinstance(v, str)), "")
-    dated = text.str.match(r"\d{4}-\d\d-\d\d").to_numpy(dtype=bool)
-    cut = text.str.replace(r"(\.\d{6})\d+", r"\1", regex=True).where(dated, "")
-    parsed = pd.to_datetime(cut, utc=utc, errors="coerce", format="ISO8601")
-    if utc:
-        parsed = parsed.dt.tz_localize(None)
+    dated = series.str.match(r"\d{4}-\d\d-\d\d").to_numpy(dtype=bool)
+    cut = series.str.replace(r"(\.\d{6})\d+", r"\1", regex=True).where(dated, "")
+    parsed = pd.to_datetime(cut, utc=True, errors="coerce", format="ISO8601").dt.tz_localize(None)
     micros = parsed.to_numpy().astype("datetime64[us]")
     seconds = micros.astype(np.int64) / 1e6
     seconds[np.isnat(micros) | ~dated] = np.nan

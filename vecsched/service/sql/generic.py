@@ -212,7 +212,7 @@ def _sqlite_epochs(values: list[Any]) -> np.ndarray:
     out = np.full(len(values), np.nan)
     where = [k for k, v in enumerate(values) if isinstance(v, str)]
     if where:
-        out[np.asarray(where)] = iso_seconds(pd.Series([values[k] for k in where], dtype=object), utc=True)
+        out[np.asarray(where)] = iso_seconds(pd.Series([values[k] for k in where], dtype=object))
     return out
 
 
