@@ -116,6 +116,8 @@ def burst_share(realism: Realism) -> float:
     """
     per_minute = realism.burst_per_hour / 60.0
     low, high = realism.burst_minutes
+    if per_minute <= 0:  # a horde without bursts (the counterfactual of a study) is always calm
+        return 0.0
     if high <= low:
         return 1.0 - math.exp(-per_minute * low)
     return 1.0 - (math.exp(-per_minute * low) - math.exp(-per_minute * high)) / (per_minute * (high - low))
@@ -154,7 +156,8 @@ def arrivals(pop: Any, realism: Realism, gentype: int, rate: float, until: float
             sim.at(sim.now + patience, _give_up, sim, r)
         sim.at(sim.now + sim.rng.expovariate(current_rate()), fire)
 
-    sim.at(sim.now + sim.rng.expovariate(realism.burst_per_hour / 3600.0), burst)
+    if realism.burst_per_hour > 0:
+        sim.at(sim.now + sim.rng.expovariate(realism.burst_per_hour / 3600.0), burst)
     sim.at(sim.now + sim.rng.expovariate(current_rate()), fire)
 
 
