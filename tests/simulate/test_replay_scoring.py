@@ -77,3 +77,33 @@ def test_rescoring_a_dump_gives_the_runs_documents_and_refuses_another_scenarios
         disable()
     for name in ("promotion.json", "seed-3/promotion.json"):
         assert json.loads((again / name).read_text()) == json.loads((run / name).read_text())
+
+
+def test_a_counterfactual_world_switches_off_its_one_mechanism_and_is_kept_in_the_dump(tmp_path: Path) -> None:
+    import pickle
+
+    from vecsched.simulate.scenarios import build, counterfactual
+
+    def horde(world: str):
+        sim, _ = build(counterfactual(scenario("steady"), world), 3, minutes=2.0, warmup=60.0)
+        sim.run_until(sim.now + 180.0)
+        return sim
+
+    as_is, no_kudos, no_churn = horde("as-is"), horde("no-kudos"), horde("no-churn")
+    assert any(r.base_priority > 0 for r in as_is.requests.values())
+    assert len(no_kudos.requests) and all(r.base_priority == 0 for r in no_kudos.requests.values())
+    kinds = lambda sim: {e["kind"] for e in sim.log}  # noqa: E731
+    joins = lambda sim: sum(e["kind"] == "worker_join" for e in sim.log)  # noqa: E731
+    # The founding workers join in both; only churn adds others, or changes a worker's models.
+    assert {"worker_leave", "worker_models"} & kinds(as_is) and joins(as_is) > joins(no_churn)
+    assert not {"worker_leave", "worker_models"} & kinds(no_churn)
+    with pytest.raises(KeyError, match="unknown world 'no-users'"):
+        counterfactual(scenario("steady"), "no-users")
+    with pytest.raises(ValueError, match="has none"):
+        counterfactual(scenario("steady", realism=None), "no-bursts")
+    dump = tmp_path / "nokudos.pkl"
+    try:
+        assert main(["steady", "--minutes", "0.5", "--seed", "3", "--world", "no-bursts", "--dump", str(dump)]) == 0
+    finally:
+        disable()
+    assert pickle.loads(dump.read_bytes())["world"] == "no-bursts"

@@ -17,6 +17,7 @@ is likewise taken from the other seeds' runs (seed + 1 for a single seed).
 
     python -m vecsched.simulate.replay_scoring steady --minutes 10 --seed 0 --seed 11 --seed 23 -o DIR [--set spread=1,9]
     python -m vecsched.simulate.replay_scoring steady --rescore A.pkl --calibrate-with B.pkl --calibrate-with C.pkl -o DIR
+    python -m vecsched.simulate.replay_scoring image_mix --seed 5 --world no-kudos   # one mechanism switched off
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import numpy as np
 
 from vecsched.core.calibration import calibrated_p90, from_pairs
 from vecsched.core.replay import NAME, enable
+from vecsched.simulate.scenarios import WORLDS
 from vecsched.snapshot.schema import IMAGE, TEXT
 
 CALIBRATED = f"{NAME}+conformal"
@@ -168,7 +170,8 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
                 views: Sequence[Callable[[Any], Any]] = (),
                 changes: Mapping[str, Any] | None = None,
                 replay_every: float | None = None,
-                pool: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+                pool: Sequence[Any] = (),
+                world: str = "as-is") -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
     """As :func:`score`, and one document per seed (its p90s still calibrated on the other seeds).
 
     ``dump``: a pickle file to keep the plain pairs and each request's
@@ -182,14 +185,17 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
     seconds (``vecsched run --replay-every``): late ones scored from the first sighting, their share
     in each series' ``late_share``. None: every cycle (the default).
     ``pool``: pairs of other runs the calibrated p90s also learn from (:func:`cross_calibrated`).
+    ``world``: the scenario with one mechanism switched off (:data:`vecsched.simulate.scenarios.WORLDS`).
     """
     from vecsched.simulate.accuracy import run
     from vecsched.simulate.production import seeded
+    from vecsched.simulate.scenarios import counterfactual, scenario
 
     from vecsched.core.forecasts import ESTIMATORS, register
     from vecsched.core.replay import DispatchReplayV1, ReplaySettings
 
-    hazards = {seed: cancel_hazards(_plain_run(name, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
+    horde = counterfactual(scenario(name) if isinstance(name, str) else name, world)
+    hazards = {seed: cancel_hazards(_plain_run(horde, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
     pooled: list[Any] = []
     sighted: dict[str, dict[str, Any]] = {}
     extra: list[Any] = []
@@ -202,7 +208,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
             register(DispatchReplayV1(settings=settings))
             extra = [register(view(settings)) for view in views]
             sightings = _Sightings([v.name for v in extra], replay_every=replay_every)
-            result = run(name, minutes, seed, on_snapshot=sightings)
+            result = run(horde, minutes, seed, on_snapshot=sightings)
             pooled.extend(seeded(sightings.outcomes(result.sim), seed))
             sighted.update({f"{seed}:{k}": v for k, v in sightings.replay_rows().items()})
     finally:
@@ -213,8 +219,8 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
         import pickle
 
         with open(dump, "wb") as fh:
-            pickle.dump({"scenario": name, "minutes": minutes, "seeds": list(seeds), "pairs": pooled,
-                         "sighted": sighted}, fh)
+            pickle.dump({"scenario": name, "world": world, "minutes": minutes, "seeds": list(seeds),
+                         "pairs": pooled, "sighted": sighted}, fh)
     return documents(pooled, seeds, pool=pool)
 
 
@@ -255,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibrate-with", action="append", default=[], metavar="DUMP",
                         help="a --dump file of earlier runs of the scenario, whose other seeds' pairs the p90s also learn from")
     parser.add_argument("--rescore", metavar="DUMP", help="score this --dump file's pairs (its seeds) instead of simulating")
+    parser.add_argument("--world", default="as-is", choices=sorted(WORLDS),
+                        help="the scenario with one mechanism switched off, to measure what it costs the forecasts")
     args = parser.parse_args(argv)
     pool = [p for path in args.calibrate_with for p in _dumped(path, args.scenario)["pairs"]]
     if args.rescore:
@@ -263,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         changes = {k: ast.literal_eval(v) for k, v in (p.split("=", 1) for p in args.set)}
         doc, per_seed = score_seeds(args.scenario, args.minutes, args.seed or [0], dump=args.dump, changes=changes,
-                                    replay_every=args.replay_every, pool=pool)
+                                    replay_every=args.replay_every, pool=pool, world=args.world)
     print(format_table(doc))
     if args.output:
         # DIR/promotion.json pooled; DIR/seed-N/promotion.json per seed (benchmarks/promotion_tables.py reads both).

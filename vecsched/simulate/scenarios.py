@@ -491,3 +491,33 @@ def scenario(name: str, **changes: Any) -> Scenario:
     except KeyError:
         raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None
     return replace(base, **changes)
+
+
+# What one mechanism of the horde is worth to a forecast's error: the same scenario with it switched
+# off (docs/accuracy.md, "Where the image tail comes from"). Fields of the scenario, then of its realism.
+WORLDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "as-is": ({}, {}),
+    "no-kudos": ({}, {"anonymous_share": 1.0}),  # every user anonymous: one priority, no jumping ahead
+    "no-churn": ({"join_per_min": 0.0, "leave_per_min": 0.0, "model_change_per_min": 0.0}, {}),
+    "no-bursts": ({}, {"burst_per_hour": 0.0}),
+}
+
+
+def counterfactual(base: Scenario, world: str) -> Scenario:
+    """``base`` in one of the :data:`WORLDS`: one mechanism switched off, everything else as it was.
+
+    Examples
+    --------
+    >>> counterfactual(scenario("steady"), "no-kudos").realism.anonymous_share
+    1.0
+    >>> counterfactual(scenario("steady"), "no-churn").leave_per_min
+    0.0
+    """
+    try:
+        fields, realism = WORLDS[world]
+    except KeyError:
+        raise KeyError(f"unknown world {world!r}; known: {', '.join(WORLDS)}") from None
+    if realism and base.realism is None:
+        raise ValueError(f"world {world!r} changes the realism of a scenario that has none")
+    changed = replace(base, **fields)
+    return replace(changed, realism=replace(base.realism, **realism)) if realism else changed
