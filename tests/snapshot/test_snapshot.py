@@ -127,3 +127,18 @@ def test_frames_are_readable_views(doc: dict[str, Any]) -> None:
     assert frames["workers"]["models"].tolist() == [w["models"] for w in doc["workers"]]
     for w, speed in zip(doc["workers"], frames["workers"]["speed"].tolist()):
         assert (w["speed"] is None and math.isnan(speed)) or w["speed"] == speed
+
+
+def test_a_snapshot_pickles_and_copies_and_estimates_the_same() -> None:
+    # Analysts keep snapshots in notebooks and hand them to worker processes: unpickling a
+    # table recursed without end (its column lookup ran before its columns were set).
+    import copy
+    import pickle
+
+    from vecsched.synthetic import horde
+    from vecsched.synthetic_history import with_history
+
+    snapshot = with_history(horde(workers=30, requests=300, seed=4), seed=4)
+    for again in (pickle.loads(pickle.dumps(snapshot)), copy.deepcopy(snapshot), copy.copy(snapshot)):
+        assert again.to_dict() == snapshot.to_dict()
+        assert vecsched.estimate(again).to_frame().equals(vecsched.estimate(snapshot).to_frame())

@@ -51,6 +51,8 @@ class Table:
         self.columns = columns
 
     def __getattr__(self, key: str) -> Any:
+        if key in Table.__slots__:  # not set yet (unpickling, copying): no columns to look in
+            raise AttributeError(key)
         try:
             return self.columns[key]
         except KeyError:
