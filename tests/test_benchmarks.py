@@ -178,3 +178,34 @@ def test_id_join_ways_find_the_same_rows_and_miss_absent_ids():
         assert way(ids, wanted).tolist() == [2, -1, 1, 2], name
     result = id_join.main(["--requests", "2000", "--lookups", "300", "--rounds", "1"])
     assert set(result["seconds"]) == set(id_join.WAYS)
+
+
+def test_replay_tail_marks_each_series_own_tail_and_splits_it(tmp_path, capsys):
+    import pickle
+
+    from benchmarks.replay_tail import main, split_table, tail_pairs
+    from vecsched.core.pairing import Pair
+    from vecsched.core.replay import NAME
+
+    # 20 image start pairs: errors 0, 10, ..., 190 s (forecast too early by that much), every tenth a kudos
+    # request on one thread; plus one null p50 and one text pair, which the image series leaves out.
+    pairs = [Pair(NAME, "image", "start", f"0:r{i}", 0.0, 100.0, 200.0, 100.0 + 10.0 * i, False) for i in range(20)]
+    pairs += [Pair(NAME, "image", "start", "0:null", 0.0, None, None, 50.0, False),
+              Pair(NAME, "text", "start", "0:t", 0.0, 10.0, 20.0, 900.0, False)]
+    sighted = {f"0:r{i}": {"threads": 1 if i % 10 == 9 else 8, "priority": 500 if i % 10 == 9 else 0} for i in range(20)}
+    dump = {"pairs": pairs, "sighted": sighted}
+    frame = tail_pairs(dump, gentype="image", phase="start")
+    assert len(frame) == 21
+    # Nearest rank over 21 errors (one infinite): the 19th smallest, 180 s; 180 s, 190 s and the null are the tail.
+    assert sorted(frame.index[frame["tail"]].tolist()) == [18, 19, 20]
+    table = split_table(frame)
+    assert table.loc[("sign", "null p50"), "tail"] == 1 and table.loc[("sign", "too early"), "tail"] == 2
+    assert table.loc[("threads", "1-2"), "pairs"] == 2 and table.loc[("threads", "1-2"), "tail"] == 1
+    assert table.loc[("priority", "> 0 (kudos)"), "tail_share"] == 0.5
+    # Observed 50-290 s: three pairs under 120 s, the rest 120-300 s, and a band without pairs is not shown.
+    assert table.loc[("observed", "< 120 s"), "pairs"] == 3 and ("observed", ">= 600 s") not in table.index
+    path = tmp_path / "d.pkl"
+    path.write_bytes(pickle.dumps(dump))
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "21 pairs, 3 in the tails of 1 series" in out and "| threads | 1-2 | 2 | 1 | 50% |" in out

@@ -89,7 +89,8 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
 
 
 class _Sightings:
-    """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads.
+    """:class:`FirstSightings` that also keeps each first forecast of the replay with its eligible threads and workers and its
+    request's priority.
 
     The first forecasts of the estimators named in ``views`` go under the row's ``views`` key (as
     computed at the first sighting, whatever ``replay_every`` is). ``replay_every``: seconds between
@@ -110,11 +111,13 @@ class _Sightings:
         new = np.flatnonzero(~pd.Index(ids).isin(list(self.inner.seen)))
         f = estimates.forecasts.get(NAME)
         if f is not None and len(new):
-            threads = estimates.columns["eligible_worker_threads"]
-            expiry = snapshot.requests.expiry[estimates.request_index[new]]
-            for k, e in zip(new.tolist(), expiry.tolist()):
-                self.rows[str(ids[k])] = dict(f.row(k), threads=int(threads[k]), left=float(e - snapshot.now),
-                                              at=float(snapshot.now))
+            threads, workers = (estimates.columns[c] for c in ("eligible_worker_threads", "eligible_workers"))
+            rows = estimates.request_index[new]
+            expiry, priority = snapshot.requests.expiry[rows], snapshot.requests.extra_priority[rows]
+            for k, e, prio in zip(new.tolist(), expiry.tolist(), priority.tolist()):
+                # What the tail study splits the errors by (benchmarks/replay_tail.py).
+                self.rows[str(ids[k])] = dict(f.row(k), threads=int(threads[k]), workers=int(workers[k]),
+                                              priority=int(prio), left=float(e - snapshot.now), at=float(snapshot.now))
                 if self.views:
                     self.rows[str(ids[k])]["views"] = {v: estimates.forecasts[v].row(k) for v in self.views}
         self.inner(snapshot, estimates)
