@@ -169,3 +169,43 @@ def test_a_request_faulted_since_the_cycle_keeps_the_adr_wait_on_the_own_path(ho
     plain = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted)
     got = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted, publish=publication)
     assert got == plain and "forecast" not in got
+
+
+def test_a_day_without_verdicts_is_not_a_day_of_holding(horde) -> None:
+    from vecsched.service.read import approved_by_verdicts
+
+    store, backend, now = horde
+    # The job judged at the start and the end of the day only: no run of holding hours in between.
+    sparse = [(now - 24 * 3600.0, {"holds": {NAME: True}}), (now, {"holds": {NAME: True}})]
+    assert not approved_by_verdicts(sparse, NAME, now)
+    backend.add_verdict(now - 24 * 3600.0, {"holds": {NAME: True}})
+    backend.add_verdict(now, {"holds": {NAME: True}})
+    assert ForecastPublication.for_store(NAME, store).forecast(IDS["normal"], now + 1.0) is None
+    _verdicts(backend, now, 24)  # the hours between filled in
+    assert ForecastPublication.for_store(NAME, store).forecast(IDS["normal"], now + 1.0) is not None
+
+
+def test_an_approval_is_withdrawn_when_the_verdicts_cannot_be_read_for_longer_than_one_is_current(horde) -> None:
+    store, backend, now = horde
+    _verdicts(backend, now, 24)
+    publication = ForecastPublication.for_store(NAME, store, refresh=60.0)
+    assert publication.approved(now)
+
+    def down(since):
+        raise ConnectionError("verdicts unreadable")
+
+    publication.backend.verdicts = down
+    assert publication.approved(now + 3600.0)  # within the age a verdict stays current
+    assert not publication.approved(now + 3 * 3600.0)
+    assert not publication.approved(now + 3 * 86400.0)
+
+
+def test_a_late_forecast_counts_down_from_its_making_as_it_was_scored(horde) -> None:
+    store, backend, now = horde
+    _verdicts(backend, now, 24)
+    rid, t0 = "late-one", now - 60.0
+    # First seen at t0, made off the cycle 50 s later: its 300 s completion p50 runs from t0 + 50.
+    recorder_for(store).record_forecasts([(rid, "text", time.time() + 3600.0, {NAME: FORECAST})], now=t0 + 50.0,
+                                         first_seen=[t0])
+    got = ForecastPublication.for_store(NAME, store).forecast(rid, now)
+    assert got["completion_p50"] == pytest.approx(290.0) and got["start_p50"] == pytest.approx(90.0)

@@ -43,6 +43,9 @@ SERIES_PHASES = ("start", "completion")
 MIN_PAIRS = 10_000
 MIN_STALLS = 500
 HOLD_SECONDS = 86_400.0
+# Verdicts are stored hourly; a longer silence between two (the job down, or not judging) breaks a run of
+# holding verdicts, so a day without verdicts is never read as a day of holding.
+VERDICT_GAP_SECONDS = 1.5 * 3600.0
 TOLERANCE_FLOOR = 60.0
 TOLERANCE_SHARE = 0.5
 WITHIN_MIN = 0.80
@@ -173,12 +176,17 @@ def series_hold(entry: Mapping[str, Any]) -> bool:
 def held_since(history: Iterable[tuple[float, Mapping[str, bool]]], name: str, now: float, holds_now: bool) -> float | None:
     """The start of the unbroken run of hourly verdicts (ending now) in which ``name`` held.
 
+    A gap of more than :data:`VERDICT_GAP_SECONDS` between two verdicts (or
+    between the last one and ``now``) ends the run.
+
     Examples
     --------
     >>> held_since([(0.0, {"x": False}), (3600.0, {"x": True})], "x", 7200.0, True)
     3600.0
     >>> held_since([(0.0, {"x": True})], "x", 7200.0, False) is None
     True
+    >>> held_since([(0.0, {"x": True}), (86400.0, {"x": True})], "x", 86400.0, True)  # a day unjudged
+    86400.0
     """
     if not holds_now:
         return None
@@ -186,7 +194,7 @@ def held_since(history: Iterable[tuple[float, Mapping[str, bool]]], name: str, n
     for at, held in sorted(history, key=lambda v: v[0], reverse=True):
         if at > now:
             continue
-        if not held.get(name, False):
+        if not held.get(name, False) or since - at > VERDICT_GAP_SECONDS:
             break
         since = at
     return since

@@ -256,7 +256,8 @@ class ForecastPublication:
     record of the request's first sighting (``P:forecast:{id}``), counted down
     since it was made. Approval is read from the job's stored hourly verdicts
     at most every ``refresh`` seconds; a failed read keeps the last answer
-    (none yet: not approved).
+    (none yet: not approved) for as long as a verdict is current
+    (:data:`VERDICT_MAX_AGE_SECONDS` after the last good read), then withdraws it.
 
     Parameters
     ----------
@@ -282,6 +283,7 @@ class ForecastPublication:
         self.refresh = refresh
         self._lock = threading.Lock()
         self._checked_at = -math.inf
+        self._read_at = -math.inf  # the last successful read of the verdicts
         self._approved = False
 
     @classmethod
@@ -326,10 +328,14 @@ class ForecastPublication:
         try:
             verdicts = self.backend.verdicts(now - 2 * HOLD_SECONDS)
         except Exception:  # noqa: BLE001 - a verdict read never fails a status read
-            return self._approved
+            # The last answer stands only as long as the verdict it came from would.
+            with self._lock:
+                if now - self._read_at > VERDICT_MAX_AGE_SECONDS:
+                    self._approved = False
+                return self._approved
         value = approved_by_verdicts(verdicts, self.name, now)
         with self._lock:
-            self._approved = value
+            self._approved, self._read_at = value, now
         return value
 
     def forecast(self, request_id: str, now: float) -> dict[str, Any] | None:
@@ -359,7 +365,8 @@ class ForecastPublication:
             return None
         if forecasted_at is None:
             return None
-        elapsed = max(now - forecasted_at, 0.0)
+        # A late forecast (made off the cycle, ``late_s`` after the first sighting) counts from its making.
+        elapsed = max(now - forecasted_at - float(doc.get("late_s") or 0.0), 0.0)
         out: dict[str, Any] = {"estimator": self.name, "forecasted_at": iso(forecasted_at)}
         for key in PUBLISHED_PHASES:
             value = doc.get(key)
