@@ -297,3 +297,107 @@ def test_a_256_byte_request_id_is_recorded_on_postgresql_and_old_tables_are_wide
     backend = SQLPairs(engine)
     assert "forecast:x" in backend.record(long_id) and "forecast:x" in backend.record("short")
     engine.dispose()
+
+
+def _cycles(store, tracker, cycles) -> None:
+    from vecsched.service.job import run_cycle
+
+    for now, requests, jobs in cycles:
+        snap = _snapshot(now, requests, jobs)
+        report = run_cycle(lambda _now, s=snap: s, store, lambda n=now: n, forecasts=tracker)
+        assert report.ok, report.error
+
+
+def _job(jid: str, rid: str, started: float, state: str) -> dict:
+    return {"id": jid, "request_id": rid, "worker_id": "w1", "started": _iso(started), "state": state}
+
+
+def test_an_expiry_the_horde_moves_on_is_followed_and_the_record_outlives_it(redis_store) -> None:
+    # The horde refreshes a request's expiry (now + 20 min) as it hands out a job. Judged by the first
+    # sighting's expiry, a two-job request was dropped before its completion, and one refreshed before
+    # its start was declared expired while still waiting.
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    t0 = round(time.time())
+    two = _req("two", t0, expires_in=300, n=2, jobs=2)
+    late = _req("late", t0, expires_in=100)
+    refreshed = lambda r, at: dict(r, expiry=_iso(at + 1200))  # noqa: E731
+    tracker = ForecastTracker(recorder_for(redis_store))
+    _cycles(redis_store, tracker, [
+        (t0, [two, late], []),
+        (t0 + 240, [refreshed(dict(two, n=1), t0 + 240), refreshed(late, t0 + 90)],
+         [_job("j1", "two", t0 + 240, "processing")]),
+        (t0 + 950, [refreshed(dict(two, n=0), t0 + 940), refreshed(dict(late, n=0), t0 + 90)],
+         [_job("j1", "two", t0 + 240, "finished"), _job("j2", "two", t0 + 940, "processing"),
+          _job("j3", "late", t0 + 900, "processing")]),
+        (t0 + 1000, [refreshed(dict(two, n=0), t0 + 940)],
+         [_job("j1", "two", t0 + 240, "finished"), _job("j2", "two", t0 + 940, "finished")]),
+    ])
+    backend = tracker.recorder.backend
+    pairs = {(p.request_id, p.phase): p for p in backend.pairs(0, 1e12) if p.estimator == "eligible-share-v1"}
+    assert pairs[("two", "completion")].observed == 1000.0 and pairs[("two", "start")].observed == 240.0
+    assert pairs[("late", "start")].observed == 900.0 and pairs[("late", "stall")].observed == 0.0
+    assert "expired_without_start" not in backend.record("late")
+    # The record lives past the moved expiry (t0 + 940 + 1200) plus the grace, not the first one's.
+    assert backend.client.ttl(backend.key("two")) > 940 + 1200 + 600 - (time.time() - t0) - 5
+
+
+def test_a_quick_start_on_a_clock_behind_the_jobs_still_pairs(redis_store) -> None:
+    # The horde's clock 3 s behind the job's: a request first seen jobless started "before" its sighting.
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    t0 = round(time.time())
+    quick, already = _req("quick", t0), _req("already", t0)
+    tracker = ForecastTracker(recorder_for(redis_store))
+    _cycles(redis_store, tracker, [
+        (t0, [quick, dict(already, n=0)], [_job("j0", "already", t0 - 30, "processing")]),
+        (t0 + 5, [dict(quick, n=0), dict(already, n=0)],
+         [_job("j1", "quick", t0 - 1, "processing"), _job("j0", "already", t0 - 30, "processing")]),
+    ])
+    pairs = {(p.request_id, p.phase): p for p in tracker.recorder.backend.pairs(0, 1e12)
+             if p.estimator == "eligible-share-v1"}
+    assert pairs[("quick", "start")].observed == 0.0 and pairs[("quick", "stall")].observed == 0.0
+    # One already assigned when first seen still has no start to predict.
+    assert ("already", "start") not in pairs and ("already", "stall") not in pairs
+
+
+def test_a_forecast_the_store_failed_to_write_is_kept_as_late_from_its_first_sighting(redis_store) -> None:
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    t0 = round(time.time())
+    r = _req("r", t0)
+    tracker = ForecastTracker(recorder_for(redis_store))
+    backend = tracker.recorder.backend
+    write, failures = backend.write, iter([True])
+
+    def flaky(writes):
+        if next(failures, False):
+            raise ConnectionError("store blip")
+        return write(writes)
+
+    backend.write = flaky
+    _cycles(redis_store, tracker, [(t0, [r], []), (t0 + 30, [r], [])])
+    doc = json.loads(backend.record("r")["forecast:eligible-share-v1"])
+    assert doc["forecasted_at"] == t0 and doc["late_s"] == 30.0
+    assert tracker.unrecorded.empty
+
+
+def test_the_replay_calibration_is_read_once_per_refresh_and_not_at_all_without_the_replay(redis_store) -> None:
+    from vecsched.core.replay import disable, enable
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+
+    t0 = round(time.time())
+    tracker = ForecastTracker(recorder_for(redis_store))
+    backend = tracker.recorder.backend
+    reads, pairs = [], backend.pairs
+    backend.pairs = lambda since, until: reads.append(since) or pairs(since, until)
+    cycles = [(t0 + 5 * k, [_req(f"r{k}", t0)], []) for k in range(5)]
+    _cycles(redis_store, tracker, cycles)
+    assert reads == [t0 - 86_400.0]  # the hourly verdict's read; the estimate read nothing
+    reads.clear()
+    enable()
+    try:
+        _cycles(redis_store, tracker, [(t0 + 30 + 5 * k, [_req(f"s{k}", t0)], []) for k in range(5)])
+    finally:
+        disable()
+    assert len(reads) == 1

@@ -286,6 +286,15 @@ class ForecastRecorder:
             writes.append(Write(rid, {name: repr(float(at))}, until))
         return self._apply(writes)
 
+    def extend(self, records: Iterable[tuple[str, float]]) -> None:
+        """Keep the records of ``(request_id, expiry)`` until that expiry plus the grace (never shorter).
+
+        The horde moves a request's expiry on as it hands out jobs; its record must outlive the new one.
+        """
+        writes = [Write(rid, {}, float(expiry) + self.grace) for rid, expiry in records]
+        if writes:
+            self.backend.write(writes)
+
     def _apply(self, writes: list[Write]) -> list[Pair]:
         if not writes:
             return []

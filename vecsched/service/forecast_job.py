@@ -4,11 +4,16 @@ Each cycle :class:`ForecastTracker` (held by the job across cycles):
 
 1. records every registered estimator's forecast for the requests it sees
    waiting for the first time (first write wins in the store, so a second job
-   process or a restart never replaces an earlier forecast);
+   process or a restart never replaces an earlier forecast); one the store
+   failed to take is written at a later cycle as a late forecast of that
+   first sighting;
 2. derives outcomes from what the database shows for the requests it tracks:
-   a first job of the request = start (at the job's start time); every job
-   finished = completion; past expiry with none started = expiry; ``active``
-   false, or the row gone before expiry with no finished job = cancellation;
+   a first job of the request = start (at the job's start time, never before
+   the first sighting of a request then jobless); every job finished =
+   completion; past expiry (the row's own, which the horde moves on as it
+   hands out jobs; the record is kept past it) with none started = expiry;
+   ``active`` false, or the row gone before expiry with no finished job =
+   cancellation;
 3. once an hour, trims the pairs to the window and stores a verdict
    (:mod:`vecsched.service.promotion`).
 
@@ -76,8 +81,15 @@ class ForecastTracker:
         self.lane = lane
         self.verdict_every = verdict_every
         self.last_verdict = -np.inf
-        # Requests forecast by this process and not yet resolved.
-        self.tracked = pd.DataFrame({"expiry": pd.Series(dtype=float), "started": pd.Series(dtype=bool)})
+        # Requests forecast by this process and not yet resolved: their expiry as last seen (the horde moves it
+        # on at each job handed out), whether a job has started, when they were first seen, and whether they
+        # had no job then.
+        self.tracked = pd.DataFrame({"expiry": pd.Series(dtype=float), "started": pd.Series(dtype=bool),
+                                     "seen": pd.Series(dtype=float), "jobless": pd.Series(dtype=bool)})
+        # Requests seen waiting whose forecasts could not be written yet (the store failed), by first sighting:
+        # written later, they are late forecasts of that sighting, never on-time ones of a later one.
+        self.unrecorded = pd.Series(dtype=float)
+        self._calibration: Any = None
 
     def wrap(self, estimate: Any = None) -> Any:
         """``estimate`` (default :func:`vecsched.estimate`) asked for forecasts only of the requests
@@ -97,15 +109,23 @@ class ForecastTracker:
         # An estimate that cannot defer runs every estimator itself; the lane is then never offered inputs.
         takes_defer = "defer" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
+        from vecsched.core.forecasts import ESTIMATORS
+        from vecsched.core.replay import NAME as REPLAY
         from vecsched.service.replay_calibration import ReplayCalibration
 
-        calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
+        # One calibration for the tracker's life (the job wraps its estimate every cycle): its cache of the
+        # window's pairs then lasts its refresh, instead of a read of every pair each cycle.
+        if self._calibration is None:
+            self._calibration = ReplayCalibration(self.recorder.backend, window=self.recorder.window)
+        calibration = self._calibration
 
         deferred = {"defer": self.lane.names} if self.lane is not None and takes_defer else {}
 
         def skipping(snapshot: Any) -> Any:
-            # Deferred, the replay reads its calibration in the lane: the cycle spares the read.
-            handed = None if deferred else calibration.get(now=float(snapshot.now))
+            # Deferred, the replay reads its calibration in the lane, and without the replay nothing reads
+            # it: the cycle spares the read.
+            needed = not deferred and REPLAY in ESTIMATORS
+            handed = calibration.get(now=float(snapshot.now)) if needed else None
             return base(snapshot, forecast_skip=self.tracked.index.to_numpy(dtype=object),
                         calibration=handed, **deferred)
 
@@ -127,19 +147,29 @@ class ForecastTracker:
 
     def _record_new(self, snapshot: Any, estimates: Any, now: float) -> int:
         ids = pd.Index(estimates.request_id)
+        self.unrecorded = self.unrecorded[self.unrecorded.index.isin(ids)]  # still waiting, still owed
         new = np.flatnonzero(~ids.isin(self.tracked.index))
         if len(new) == 0 or not estimates.forecasts:
             return 0
         expiry = snapshot.requests.expiry[estimates.request_index[new]]
         gentype = np.asarray(GENTYPES, dtype=object)[estimates.columns["gentype"][new].astype(np.int64)]
+        seen = self.unrecorded.reindex(ids[new]).fillna(now).to_numpy(dtype=float)
         named = {**estimates.forecasts, **baseline_forecasts(estimates)}
         rows = []
         for k, rid, g, e in zip(new.tolist(), ids[new].tolist(), gentype.tolist(), expiry.tolist()):
             rows.append((rid, g, e, {name: f.row(k) for name, f in named.items()}))
-        self.recorder.record_forecasts(rows, now=now)
+        try:
+            self.recorder.record_forecasts(rows, now=now, first_seen=seen.tolist() if (seen < now).any() else None)
+        except Exception:
+            owed = pd.Series(seen, index=ids[new])
+            self.unrecorded = pd.concat([self.unrecorded, owed[~owed.index.isin(self.unrecorded.index)]])
+            raise
+        self.unrecorded = self.unrecorded[~self.unrecorded.index.isin(ids[new])]
         if self.lane is not None and estimates.deferred is not None:  # else the replay ran in this estimate
             self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now)
-        added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool)}, index=ids[new])
+        jobless = ~_request_state(snapshot, ids[new])["has_job"]
+        added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool), "seen": seen,
+                              "jobless": jobless}, index=ids[new])
         self.tracked = pd.concat([self.tracked, added]) if len(self.tracked) else added
         return len(new)
 
@@ -148,13 +178,20 @@ class ForecastTracker:
         if len(t) == 0:
             return 0
         state = _request_state(snapshot, t.index)
+        # The horde moves a request's expiry on as it hands out jobs: judge by the row's own, while it has one.
+        expiry = np.where(state["present"], state["expiry"], t["expiry"].to_numpy())
+        moved = expiry > t["expiry"].to_numpy()
+        if moved.any():
+            self.recorder.extend(zip(t.index[moved].tolist(), expiry[moved].tolist()))
         events: list[tuple[str, str, float, float | None]] = []
 
         newly_started = ~t["started"].to_numpy() & state["has_job"]
-        events += _rows(t.index[newly_started], "started_at", state["first_start"][newly_started],
-                        t["expiry"].to_numpy()[newly_started])
+        # A job of a request that had none when first seen started after that sighting, whatever the
+        # horde's clock says (the job's start is the database's time, the sighting the job's).
+        first_start = np.where(t["jobless"].to_numpy(), np.maximum(state["first_start"], t["seen"].to_numpy()),
+                               state["first_start"])
+        events += _rows(t.index[newly_started], "started_at", first_start[newly_started], expiry[newly_started])
         started = t["started"].to_numpy() | state["has_job"]
-        expiry = t["expiry"].to_numpy()
         gone_or_off = ~state["present"] | ~state["active"]
         done = state["present"] & (state["n"] == 0) & state["all_finished"]
         done |= ~state["present"] & state["any_finished"] & (state["processing"] == 0)
@@ -167,8 +204,8 @@ class ForecastTracker:
             self.recorder.record_outcomes(events)
         # Resolved, or long past expiry (nothing more will be observed): stop tracking.
         finished = done | expired | cancelled | (now > expiry + GRACE_SECONDS)
-        self.tracked = pd.DataFrame({"expiry": expiry[~finished], "started": started[~finished]},
-                                    index=t.index[~finished])
+        kept = t[~finished].assign(expiry=expiry[~finished], started=started[~finished])
+        self.tracked = kept
         return len(events)
 
 
@@ -178,12 +215,13 @@ def _rows(ids: pd.Index, field: str, at: np.ndarray, expiry: np.ndarray) -> list
 
 
 def _request_state(snapshot: Any, ids: pd.Index) -> dict[str, np.ndarray]:
-    """Per tracked request: row present, active, n, and its jobs (any, first start, processing, finished)."""
+    """Per tracked request: row present, active, expiry, n, and its jobs (any, first start, processing, finished)."""
     r = snapshot.requests
     at = pd.Index(r.id).get_indexer(ids) if len(r) else np.full(len(ids), -1)
     present = at >= 0
     safe = np.maximum(at, 0)
     active = np.where(present, r.active[safe] if len(r) else False, False).astype(bool)
+    expiry = np.where(present, r.expiry[safe] if len(r) else np.nan, np.nan)
     n = np.where(present, r.n[safe] if len(r) else 0, 0)
     total = np.where(present, r.jobs[safe] if len(r) else 0, 0)
     jobs = snapshot.jobs
@@ -198,6 +236,7 @@ def _request_state(snapshot: Any, ids: pd.Index) -> dict[str, np.ndarray]:
     return {
         "present": present,
         "active": active,
+        "expiry": expiry,
         "n": n,
         "has_job": count > 0,
         "first_start": first,
