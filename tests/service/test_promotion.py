@@ -134,3 +134,13 @@ def test_cli_prints_the_document_and_the_table(tmp_path, capsys) -> None:
     assert main(["promotion", "--db", "postgresql+psycopg://postgres@127.0.0.1:1/test?connect_timeout=1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("vecsched: cannot read") and len(err.strip().splitlines()) == 1 and "sqlalche.me" not in err
+
+
+def test_stall_holds_needs_passing_and_enough_for_both_gentypes() -> None:
+    from vecsched.core.promotion import stall_holds
+
+    good, thin, bad = ({"passes": True, "enough": True}, {"passes": True, "enough": False},
+                       {"passes": False, "enough": True})
+    assert stall_holds({"text": {"stall": good}, "image": {"stall": good}})
+    assert not stall_holds({"text": {"stall": good}, "image": {"stall": thin}})
+    assert not stall_holds({"text": {"stall": bad}, "image": {"stall": good}})

@@ -209,3 +209,21 @@ def test_a_late_forecast_counts_down_from_its_making_as_it_was_scored(horde) -> 
                                          first_seen=[t0])
     got = ForecastPublication.for_store(NAME, store).forecast(rid, now)
     assert got["completion_p50"] == pytest.approx(290.0) and got["start_p50"] == pytest.approx(90.0)
+
+
+def test_the_stall_prediction_is_published_only_once_the_stall_signal_meets_its_bars(horde) -> None:
+    from vecsched.core.pairing import Pair
+    from vecsched.core.promotion import store_verdict
+
+    store, backend, now = horde
+    _verdicts(backend, now, 24)  # the four series held for a day; the stall signal was never judged
+    got = ForecastPublication.for_store(NAME, store).forecast(IDS["normal"], now + 1.0)
+    assert got["completion_p50"] is not None and "predicted_stall" not in got
+    backend.add_verdict(now + 1.0, {"holds": {NAME: True}, "stall_holds": {NAME: True}})
+    got = ForecastPublication.for_store(NAME, store).forecast(IDS["normal"], now + 2.0)
+    assert got["predicted_stall"] is False
+    # store_verdict judges the signal: every stall predicted, none seen (precision 0) holds nothing.
+    backend.add_pairs([Pair(NAME, g, "stall", f"{g}{k}", now, None, None, 0.0, True) for g in ("text", "image")
+                       for k in range(3)])
+    store_verdict(backend, now=now + 3.0, window=3600.0)
+    assert backend.verdicts(now + 3.0)[-1][1]["stall_holds"][NAME] is False

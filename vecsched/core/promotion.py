@@ -173,6 +173,11 @@ def series_hold(entry: Mapping[str, Any]) -> bool:
     return all(entry[g][ph]["passes"] and entry[g][ph]["enough_pairs"] for g in GENTYPE_NAMES for ph in SERIES_PHASES)
 
 
+def stall_holds(entry: Mapping[str, Any]) -> bool:
+    """Whether one estimator's stall signal passes its bars with enough predictions and stalls, for both gentypes."""
+    return all(entry[g]["stall"]["passes"] and entry[g]["stall"]["enough"] for g in GENTYPE_NAMES)
+
+
 def held_since(history: Iterable[tuple[float, Mapping[str, bool]]], name: str, now: float, holds_now: bool) -> float | None:
     """The start of the unbroken run of hourly verdicts (ending now) in which ``name`` held.
 
@@ -239,7 +244,8 @@ def store_verdict(backend: Any, *, now: float, window: float) -> dict[str, Any]:
     history = [(at, v.get("holds", {})) for at, v in backend.verdicts(now - 2 * HOLD_SECONDS)]
     doc = promotion_document(backend.pairs(now - window, now), now=now, window=window, history=history)
     holds = {name: series_hold(entry) for name, entry in doc["estimators"].items()}
-    backend.add_verdict(now, {"holds": holds})
+    stall = {name: stall_holds(entry) for name, entry in doc["estimators"].items()}
+    backend.add_verdict(now, {"holds": holds, "stall_holds": stall})
     return doc
 
 

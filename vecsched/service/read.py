@@ -285,6 +285,7 @@ class ForecastPublication:
         self._checked_at = -math.inf
         self._read_at = -math.inf  # the last successful read of the verdicts
         self._approved = False
+        self._stall_holds = False  # the latest verdict's stall signal passed its own bars
 
     @classmethod
     def for_store(cls, name: str, store: Store, **kwargs: Any) -> "ForecastPublication":
@@ -334,8 +335,9 @@ class ForecastPublication:
                     self._approved = False
                 return self._approved
         value = approved_by_verdicts(verdicts, self.name, now)
+        stall = bool(verdicts and max(verdicts, key=lambda v: v[0])[1].get("stall_holds", {}).get(self.name, False))
         with self._lock:
-            self._approved, self._read_at = value, now
+            self._approved, self._read_at, self._stall_holds = value, now, value and stall
         return value
 
     def forecast(self, request_id: str, now: float) -> dict[str, Any] | None:
@@ -350,7 +352,8 @@ class ForecastPublication:
         Returns
         -------
         dict or None
-            ``estimator``, ``forecasted_at``, each phase's p50/p90 counted down to ``now``, ``predicted_stall``.
+            ``estimator``, ``forecasted_at``, each phase's p50/p90 counted down to ``now``; ``predicted_stall``
+            only when the latest verdict's stall signal passes its bars for both gentypes.
         """
         if not self.approved(now):
             return None
@@ -372,7 +375,10 @@ class ForecastPublication:
             value = doc.get(key)
             # Seconds from now: what is left of the wait forecast at first sighting.
             out[key] = None if value is None else round(max(float(value) - elapsed, 0.0), 3)
-        out["predicted_stall"] = bool(doc.get("predicted_stall", False))
+        # The stall signal has bars of its own (SPEC section 8): its prediction is shown only once it meets them.
+        with self._lock:
+            if self._stall_holds:
+                out["predicted_stall"] = bool(doc.get("predicted_stall", False))
         return out
 
 
