@@ -34,7 +34,9 @@ SPLITS: tuple[tuple[str, tuple[float, ...], tuple[str, ...]], ...] = (
     ("observed", (0, 120, 300, 600, np.inf), ("< 120 s", "120-300 s", "300-600 s", ">= 600 s")),
     ("p50", (0, 60, 300, 600, np.inf), ("< 60 s", "60-300 s", "300-600 s", ">= 600 s")),
     ("threads", (0, 3, 6, 12, np.inf), ("1-2", "3-5", "6-11", ">= 12")),
-    ("priority", (-np.inf, 1, np.inf), ("0 (anonymous)", "> 0 (kudos)")),
+    # The snapshot's priority at first sighting: kudos plus the aging of the seconds since creation (+50 per
+    # 10 s), a few hundred at most for an anonymous request first seen within a cycle or two.
+    ("priority", (-np.inf, 1_000, 10_000, np.inf), ("< 1,000", "1,000-10,000", ">= 10,000")),
 )
 
 

@@ -192,7 +192,7 @@ def test_replay_tail_marks_each_series_own_tail_and_splits_it(tmp_path, capsys):
     pairs = [Pair(NAME, "image", "start", f"0:r{i}", 0.0, 100.0, 200.0, 100.0 + 10.0 * i, False) for i in range(20)]
     pairs += [Pair(NAME, "image", "start", "0:null", 0.0, None, None, 50.0, False),
               Pair(NAME, "text", "start", "0:t", 0.0, 10.0, 20.0, 900.0, False)]
-    sighted = {f"0:r{i}": {"threads": 1 if i % 10 == 9 else 8, "priority": 500 if i % 10 == 9 else 0} for i in range(20)}
+    sighted = {f"0:r{i}": {"threads": 1 if i % 10 == 9 else 8, "priority": 5000 if i % 10 == 9 else 0} for i in range(20)}
     dump = {"pairs": pairs, "sighted": sighted}
     frame = tail_pairs(dump, gentype="image", phase="start")
     assert len(frame) == 21
@@ -201,7 +201,7 @@ def test_replay_tail_marks_each_series_own_tail_and_splits_it(tmp_path, capsys):
     table = split_table(frame)
     assert table.loc[("sign", "null p50"), "tail"] == 1 and table.loc[("sign", "too early"), "tail"] == 2
     assert table.loc[("threads", "1-2"), "pairs"] == 2 and table.loc[("threads", "1-2"), "tail"] == 1
-    assert table.loc[("priority", "> 0 (kudos)"), "tail_share"] == 0.5
+    assert table.loc[("priority", "1,000-10,000"), "tail_share"] == 0.5
     # Observed 50-290 s: three pairs under 120 s, the rest 120-300 s, and a band without pairs is not shown.
     assert table.loc[("observed", "< 120 s"), "pairs"] == 3 and ("observed", ">= 600 s") not in table.index
     path = tmp_path / "d.pkl"
