@@ -167,6 +167,31 @@ def test_no_eligible_thread_is_unknown_and_a_stall() -> None:
     assert got["r"]["start_p50"] is None and got["r"]["completion_p50"] is None and got["r"]["predicted_stall"]
 
 
+def test_no_eligible_thread_takes_the_waits_of_recent_requests_no_capacity_could_serve() -> None:
+    from types import SimpleNamespace as P
+
+    from vecsched.core.calibration import MIN_NO_CAPACITY, NO_CAPACITY_SOURCE, from_pairs
+
+    doc = _doc([_worker("A", ["m"])], [_request("served", ["m"], 10), _request("r", ["other"], 10)])
+    # compatible-queue-v1's null forecasts (no capacity when seen) that did start, 100-199 s later, and their
+    # completions; the replay's own pairs leave the served request's forecast as it was.
+    unserved = [P(estimator=NO_CAPACITY_SOURCE, gentype="text", phase=phase, p50=None, observed=float(o))
+                for phase in ("start", "completion") for o in range(100 + (phase == "completion") * 50,
+                                                                     200 + (phase == "completion") * 50)]
+    plain = vecsched.estimate(vecsched.load_snapshot(doc)).forecasts[RP.NAME]
+    est = vecsched.estimate(vecsched.load_snapshot(doc),
+                            calibration={RP.NAME: from_pairs([], no_capacity=unserved, cancel_hazard=[0.0, 0.0])})
+    f = est.forecasts[RP.NAME]
+    at = {rid: k for k, rid in enumerate(est.request_id)}
+    assert f.start_p50[at["r"]] == 149.5 and f.start_p90[at["r"]] == pytest.approx(189.1)
+    assert f.completion_p50[at["r"]] == 199.5 and bool(f.predicted_stall[at["r"]])
+    assert f.start_p50[at["served"]] == plain.start_p50[at["served"]]
+    # Too few such outcomes (or none of the gentype): unknown, as without them.
+    thin = from_pairs([], no_capacity=unserved[: MIN_NO_CAPACITY - 1], cancel_hazard=[0.0, 0.0])
+    assert np.isnan(vecsched.estimate(vecsched.load_snapshot(doc), calibration={RP.NAME: thin})
+                    .forecasts[RP.NAME].start_p50[at["r"]])
+
+
 def test_recent_arrivals_repeat_forward_and_age() -> None:
     # A (1 tok/s) runs `late` (3 jobs of 100 s) from 0, then `new`, then `tail`.
     doc = _doc([_worker("A", ["m"], speed=1.0)],

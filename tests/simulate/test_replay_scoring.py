@@ -107,3 +107,20 @@ def test_a_counterfactual_world_switches_off_its_one_mechanism_and_is_kept_in_th
     finally:
         disable()
     assert pickle.loads(dump.read_bytes())["world"] == "no-bursts"
+
+
+def test_a_null_forecast_is_filled_from_other_seeds_requests_no_capacity_could_serve_never_its_own() -> None:
+    from vecsched.core.calibration import NO_CAPACITY_SOURCE
+    from vecsched.simulate.replay_scoring import cross_calibrated
+
+    def unserved(seed: int, observed: float) -> list[Pair]:
+        return [Pair(NO_CAPACITY_SOURCE, "text", "start", f"{seed}:u{i}", 0.0, None, None, observed, True)
+                for i in range(60)]
+
+    nulls = [Pair(NAME, "text", "start", f"1:r{i}", 0.0, None, None, 250.0, True) for i in range(3)]
+    pairs = nulls + _pairs(2, 10.0) + unserved(1, 10.0) + unserved(2, 300.0)
+    got = {p.request_id: p for p in cross_calibrated(pairs) if p.request_id.startswith("1:r")}
+    assert [got[f"1:r{i}"].p50 for i in range(3)] == [300.0] * 3  # seed 2's, not seed 1's own 10 s
+    # A pool's copy of the scored seed is not learned from either; without other seeds' outcomes, unknown.
+    alone = {p.request_id: p for p in cross_calibrated(nulls + unserved(1, 10.0), pool=unserved(1, 5.0))}
+    assert alone["1:r0"].p50 is None and alone["1:r0"].p90 is None

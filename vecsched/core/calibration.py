@@ -23,6 +23,7 @@ pairs each; docs/replay.md).
 ``calibration`` format (every key optional)::
 
     {"pairs": {"gentype": [...], "phase": [...], "p50": [...], "observed": [...]},
+     "no_capacity": {"gentype": [...], "phase": [...], "observed": [...]},
      "min_pairs": 200, "level": 0.93, "offset": 60.0}
 
 ``gentype`` as codes or ``"text"``/``"image"``, ``phase`` ``"start"`` or
@@ -162,6 +163,50 @@ def _apply(out: np.ndarray, p50: np.ndarray, at: np.ndarray, scores: np.ndarray,
         out[at] = bound(p50[at], conformal_quantile(scores, level), offset)
 
 
+NO_CAPACITY_SOURCE = "compatible-queue-v1"
+"""The estimator whose null p50s mark the requests no capacity could serve when first seen (SPEC section 8:
+null exactly when no thread is eligible or none of the gentype is measured). It is recorded beside every
+other and never filled in, so its pairs stay a source the fill below cannot feed back on."""
+MIN_NO_CAPACITY = 50
+"""Starts (or completions) of such requests a gentype needs before their quantiles are used."""
+
+
+def no_capacity_forecast(
+    p50: np.ndarray, p90: np.ndarray, *, phase: str, gentype: np.ndarray, calibration: Mapping[str, Any] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(p50, p90)`` with the null p50s filled from the recent outcomes of requests with no capacity when seen.
+
+    A request no worker can serve now has no replay to run, but the horde's recent such requests tell how
+    long those that did start waited (a worker joined, or changed its models): their median and 90th
+    percentile (the ``no_capacity`` part of ``calibration``, per gentype and phase, at least
+    :data:`MIN_NO_CAPACITY` of them). Like every start forecast, it is a wait given a start; whether the
+    request starts at all is the stall signal's (predicted for these).
+
+    Examples
+    --------
+    >>> calibration = {"no_capacity": {"gentype": ["text"] * 100, "phase": ["start"] * 100,
+    ...                                "observed": np.arange(100.0) * 10}}
+    >>> p50, p90 = no_capacity_forecast(np.array([np.nan, 30.0, np.nan]), np.array([np.nan, 90.0, np.nan]),
+    ...                                 phase="start", gentype=np.array([TEXT, TEXT, IMAGE]), calibration=calibration)
+    >>> p50.tolist(), p90.round(3).tolist()
+    ([495.0, 30.0, nan], [891.0, 90.0, nan])
+    """
+    seen = (calibration or {}).get("no_capacity")
+    p50, p90 = np.array(p50, dtype=np.float64), np.array(p90, dtype=np.float64)
+    missing = np.isnan(p50)
+    if not seen or not missing.any():
+        return p50, p90
+    observed = np.asarray(seen["observed"], dtype=np.float64)
+    mine = np.asarray(seen["phase"]) == phase
+    codes = _codes(seen["gentype"])
+    for g in np.unique(gentype[missing]):
+        got = observed[mine & (codes == g) & ~np.isnan(observed)]
+        if len(got) >= MIN_NO_CAPACITY:
+            rows = missing & (gentype == g)
+            p50[rows], p90[rows] = np.quantile(got, 0.5), np.quantile(got, 0.9)
+    return p50, p90
+
+
 MIN_CANCELLED = 20
 """Cancellations a gentype needs in the window before its hazard is learned (else 0: none modelled)."""
 
@@ -214,7 +259,8 @@ def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[fl
 def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     """The ``calibration`` mapping from validated pairs (objects with gentype, phase, p50, observed).
 
-    Stall pairs and pairs without a p50 are left out.
+    Stall pairs and pairs without a p50 are left out. ``no_capacity``: pairs of
+    :data:`NO_CAPACITY_SOURCE`, whose null-p50 ones give :func:`no_capacity_forecast` its outcomes.
 
     Examples
     --------
@@ -238,7 +284,13 @@ def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     hazard = options.pop("cancel_hazard", None)
     if hazard is None and all(hasattr(p, "request_id") and hasattr(p, "at") for p in pairs):
         hazard = cancel_hazards(pairs)
+    # The outcomes of requests no capacity could serve when seen (NO_CAPACITY_SOURCE's null p50s).
+    unserved = [p for p in options.pop("no_capacity", ()) if p.phase in ("start", "completion") and p.p50 is None]
     out: dict[str, Any] = {"pairs": columns, **options}
+    if unserved:
+        out["no_capacity"] = {"gentype": np.array([p.gentype for p in unserved], dtype=object),
+                              "phase": np.array([p.phase for p in unserved], dtype=object),
+                              "observed": np.array([p.observed for p in unserved], dtype=np.float64)}
     if hazard is not None:
         out["cancel_hazard"] = list(hazard)
     return out

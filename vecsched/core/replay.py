@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from vecsched.core import rules
-from vecsched.core.calibration import calibrated_p90
+from vecsched.core.calibration import calibrated_p90, no_capacity_forecast
 from vecsched.core.groups import pack_words, transpose_words, unique_rows, unpack_words
 from vecsched.core.forecasts import Forecast, ForecastInputs, GentypeQueue, register
 from vecsched.core import replay_kernel
@@ -841,6 +841,11 @@ class DispatchReplayV1:
         for phase, p50 in (("start", start), ("completion", completion)):
             p90[phase] = calibrated_p90(p50, phase=phase, gentype=inp.gentype, calibration=calibration)
         stall = stall | ~known
+        # No capacity when seen: no replay, but the recent outcomes of such requests (their stall stays predicted).
+        start, p90["start"] = no_capacity_forecast(start, p90["start"], phase="start", gentype=inp.gentype,
+                                                   calibration=calibration)
+        completion, p90["completion"] = no_capacity_forecast(completion, p90["completion"], phase="completion",
+                                                             gentype=inp.gentype, calibration=calibration)
         return Forecast(start, p90["start"], completion, p90["completion"], stall)
 
 

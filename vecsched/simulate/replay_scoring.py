@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from vecsched.core.calibration import calibrated_p90, from_pairs
+from vecsched.core.calibration import NO_CAPACITY_SOURCE, calibrated_p90, from_pairs, no_capacity_forecast
 from vecsched.core.replay import NAME, enable
 from vecsched.simulate.scenarios import WORLDS
 from vecsched.snapshot.schema import IMAGE, TEXT
@@ -69,22 +69,28 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
     mine = [p for p in pairs if p.estimator == estimator]
     scored = {_seed(p) for p in mine}
     mine_pool = [p for p in pool if p.estimator == estimator and _seed(p) not in scored]
+    # Requests no capacity could serve when seen, as the job learns them (from_pairs' no_capacity).
+    unserved = [p for p in [*pairs, *(q for q in pool if _seed(q) not in scored)]
+                if p.estimator == NO_CAPACITY_SOURCE and p.p50 is None]
     seed_of = np.array([_seed(p) for p in mine], dtype=object)
     out = []
     for seed in sorted(set(seed_of)):
         others = [p for p, s in zip(mine, seed_of) if s != seed] + mine_pool
-        calibration = from_pairs(others, min_pairs=min_pairs)
+        calibration = from_pairs(others, min_pairs=min_pairs, no_capacity=[p for p in unserved if _seed(p) != seed])
         own = [p for p, s in zip(mine, seed_of) if s == seed]
         for phase in ("start", "completion"):
-            rows = [p for p in own if p.phase == phase and p.p50 is not None]
+            rows = [p for p in own if p.phase == phase]
             if not rows:
                 continue
             late = np.array([p.late for p in rows], dtype=np.float64)  # p90s on the making's clock, as learned
-            p50 = np.array([p.p50 for p in rows], dtype=np.float64) - late
+            p50 = np.array([np.nan if p.p50 is None else p.p50 for p in rows], dtype=np.float64) - late
             gentype = np.array([TEXT if p.gentype == "text" else IMAGE for p in rows])
-            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration) + late
-            out += [replace(p, estimator=CALIBRATED, p90=float(v)) for p, v in zip(rows, p90)]
-        out += [replace(p, estimator=CALIBRATED) for p in own if p.phase not in ("start", "completion") or p.p50 is None]
+            p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration)
+            filled, p90 = no_capacity_forecast(p50, p90, phase=phase, gentype=gentype, calibration=calibration)
+            out += [replace(p, estimator=CALIBRATED, p50=p.p50 if p.p50 is not None or np.isnan(c) else float(c + d),
+                            p90=None if np.isnan(v) else float(v + d))
+                    for p, c, v, d in zip(rows, filled, p90, late)]
+        out += [replace(p, estimator=CALIBRATED) for p in own if p.phase not in ("start", "completion")]
     return out
 
 
