@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -233,3 +234,31 @@ def test_superseded_cycle_reports_nothing_published(backend, small_horde, reques
     assert line.levelno == logging.INFO
     assert "superseded" in line.getMessage() and "published=0" in line.getMessage()
     assert store.read_status(_a_waiting_id(snap)).time == snap.now + 10
+
+
+def test_a_second_stop_signal_exits_even_while_a_cycle_hangs(tmp_path) -> None:
+    # A cycle stuck on a database that stopped answering held the first signal's graceful stop for as
+    # long as it hung; a second signal now exits at once, publishing nothing half-done.
+    code = textwrap.dedent("""
+        import logging, sys, threading, time
+        from vecsched.service.job import run_service
+        from vecsched.service.store.sql import SQLStore
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+        def hang(now):
+            print("loading", flush=True)
+            time.sleep(600)
+        run_service(hang, SQLStore("sqlite://"), interval=0.5)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "loading"
+        proc.send_signal(signal.SIGTERM)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # the first waits for the running cycle
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "second stop signal" in proc.stderr.read()

@@ -476,3 +476,19 @@ def test_both_postgresql_paths_order_ids_by_code_point_whatever_the_collation(pg
     assert fast.workers.id.tolist() == sorted(fast.workers.id.tolist())  # code point order
     _same_snapshot(fast, generic)
     engine.dispose()
+
+
+def test_postgresql_connections_carry_keepalives_so_a_silent_server_ends_the_cycle(pg_url: str) -> None:
+    # Without them a pooled connection whose server went silent mid-query (a partition, a frozen host)
+    # blocked the cycle until TCP gave up, hours later, with no cycle line at all.
+    engine = _sql.make_engine(pg_url)
+    own = _sql.make_engine(pg_url + ("&" if "?" in pg_url else "?") + "keepalives_idle=20")
+    try:
+        for e, idle in ((engine, "10"), (own, "20")):
+            with e.connect() as conn:
+                params = dict(p.split("=", 1) for p in conn.connection.dbapi_connection.info.dsn.split())
+            assert params["keepalives"] == "1" and params["keepalives_idle"] == idle
+            assert params["tcp_user_timeout"] == "30000" and params["keepalives_count"] == "3"
+    finally:
+        engine.dispose()
+        own.dispose()

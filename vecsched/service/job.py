@@ -8,6 +8,7 @@ the estimator in between stays pure.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -444,7 +445,7 @@ def run_service(
     previous = {}
     if install_signals and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+            previous[sig] = signal.signal(sig, lambda signum, frame: _on_signal(stop))
     scheduler.start()
     log.info("vecsched job started: interval %.3gs", interval)
     try:
@@ -459,6 +460,20 @@ def run_service(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log.info("vecsched job stopped")
+
+
+def _on_signal(stop: threading.Event) -> None:
+    """The first SIGINT/SIGTERM stops the job after its running cycle; a second one exits at once.
+
+    A cycle stuck on a silent database would otherwise hold the stop for as long as it hangs. Leaving
+    then publishes nothing half-done: a cycle's figures are switched in at once, or not at all.
+    """
+    if not stop.is_set():
+        stop.set()
+        return
+    log.warning("vecsched job: second stop signal, exiting without waiting for the running cycle")
+    logging.shutdown()
+    os._exit(1)
 
 
 def forecast_tracker(store: Store, *, replay_every: float | None = None) -> Any:

@@ -144,6 +144,9 @@ LOCK_TIMEOUT_SECONDS = 10.0
 """How long a statement waits for a lock on PostgreSQL before it fails (and with it the cycle, which says why)."""
 CONNECT_TIMEOUT_SECONDS = 10
 """How long opening a PostgreSQL connection may take before it fails."""
+PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+                 "tcp_user_timeout": 30_000}
+"""libpq parameters of every PostgreSQL connection (a URL's own take precedence): a silent peer ends it in about 30 s."""
 
 
 def make_engine(url: str) -> Engine:
@@ -174,6 +177,12 @@ def make_engine(url: str) -> Engine:
 
         return watch_file(engine)
     connect_args = {} if "connect_timeout" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    if url.startswith("postgres"):
+        # A server that goes silent mid-query (a partition, a frozen host) held a pooled connection until
+        # TCP gave up, hours later: the cycle neither ended nor failed. Keepalives and an unacknowledged-
+        # data bound close such a connection within about half a minute; the cycle then fails with it.
+        given = sa.engine.make_url(url).query
+        connect_args.update({k: v for k, v in PG_KEEPALIVES.items() if k not in given})
     engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
     if engine.dialect.name == "postgresql":
 
