@@ -28,11 +28,14 @@ True
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
+import os
 import queue
 import threading
 import time
+import weakref
 from collections import Counter
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -75,14 +78,22 @@ class EventRecorder:
     """
 
     def __init__(self, database: Any, *, maxsize: int = DEFAULT_QUEUE_SIZE):
-        from vecsched.service.sql.schema import init_db, make_engine
+        from vecsched.service.sql.schema import make_engine
 
+        # No connection here: the caller is the horde's pop path. The writer creates the tables at its
+        # first batch, and a database that does not answer costs the writer, never the caller.
         self.engine = make_engine(database) if isinstance(database, str) else database
-        init_db(self.engine)
-        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=maxsize)
+        self._tables_ready = False
+        self.maxsize = maxsize
         self.dropped: Counter[str] = Counter()
         self.written = 0
         self._closed = False
+        self._start_writer()
+        _LIVE.add(self)
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    def _start_writer(self) -> None:
+        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=self.maxsize)
         self._thread = threading.Thread(target=self._run, name="vecsched-events", daemon=True)
         self._thread.start()
 
@@ -146,7 +157,11 @@ class EventRecorder:
         return not self.queue.unfinished_tasks
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued, then stop the writer; later events are dropped (``closed``)."""
+        """Write what is queued, then stop the writer; later events are dropped (``closed``).
+
+        Events still queued when ``timeout`` runs out are dropped and counted (``closed``), never lost
+        unseen. Every recorder is closed this way when the interpreter exits.
+        """
         if self._closed:
             return
         self._closed = True
@@ -156,6 +171,10 @@ class EventRecorder:
         except queue.Full:
             pass
         self._thread.join(timeout)
+        left = sum(1 for item in list(self.queue.queue) if item is not None)
+        if left:
+            log.warning("%d scheduling events were not written before the recorder closed", left)
+            self._drop("closed", left)
 
     # -- internals -------------------------------------------------------------------------
     def _drop(self, reason: str, n: int = 1) -> bool:
@@ -208,7 +227,11 @@ class EventRecorder:
                     self.queue.task_done()
 
     def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
-        from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches
+        from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches, init_db
+
+        if not self._tables_ready:
+            init_db(self.engine)  # a failure drops this batch (write_failed); the next one tries again
+            self._tables_ready = True
 
         pops = [row for kind, row in batch if kind == "dispatch"]
         users = [{"dispatch_id": row["dispatch_id"], "position": k, "user_id": u}
@@ -236,6 +259,25 @@ def _insert_ignoring_repeats(conn: Any, table: Any) -> Any:
 
 _default: EventRecorder | None = None
 _default_lock = threading.Lock()
+_LIVE: "weakref.WeakSet[EventRecorder]" = weakref.WeakSet()
+
+
+def _close_at_exit(ref: "weakref.ref[EventRecorder]") -> None:
+    recorder = ref()
+    if recorder is not None:
+        recorder.close()
+
+
+def _after_fork_in_child() -> None:
+    # A recorder configured before a fork (a preloading WSGI server) has no writer thread in the child, and
+    # the parent's queued events are the parent's to write: the child starts empty, on new connections.
+    for recorder in list(_LIVE):
+        if not recorder._closed:
+            recorder.engine.dispose(close=False)
+            recorder._start_writer()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def configure(database: Any = None, *, maxsize: int = DEFAULT_QUEUE_SIZE) -> EventRecorder:
@@ -259,11 +301,19 @@ def configure(database: Any = None, *, maxsize: int = DEFAULT_QUEUE_SIZE) -> Eve
         return _default
 
 
+RETRY_CONFIGURE_SECONDS = 60.0
+_failed_at = -math.inf
+
+
 def _recorder() -> EventRecorder | None:
+    global _failed_at
     if _default is None:
+        if time.monotonic() - _failed_at < RETRY_CONFIGURE_SECONDS:
+            return None  # a recorder that cannot be made is tried again a minute later, not at every pop
         try:
             configure()
         except Exception as exc:  # noqa: BLE001 - recording never raises into the horde
+            _failed_at = time.monotonic()
             log.warning("scheduling events cannot be recorded: %s", type(exc).__name__)
             return None
     return _default
