@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from typing import Any, Callable
@@ -241,7 +242,8 @@ def _db_dump(args: argparse.Namespace) -> int:
     from vecsched.service.sql import load_horde, make_engine
 
     now = to_epoch(args.now) if args.now else time.time()
-    snapshot = load_horde(make_engine(_db_url(args)), now)
+    # The whole event history the tables hold, not the cycle's ten minutes: a dump is an export.
+    snapshot = load_horde(make_engine(_db_url(args)), now, history=math.inf)
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
     snapshot.to_json(args.output)

@@ -9,6 +9,8 @@ window is matched against. Both reads are one indexed, set-based query.
 
 from __future__ import annotations
 
+import math
+
 from datetime import datetime, timezone
 from typing import Any
 
@@ -43,9 +45,14 @@ EVENT_FILTERS: dict[str, sa.ColumnElement[bool]] = {
 }
 
 
-def cut_params(now: float) -> dict[str, datetime]:
-    """The bound parameters of :data:`EVENT_FILTERS` for a snapshot at ``now``."""
-    return {"cut": datetime.fromtimestamp(now - HISTORY_SECONDS, tz=timezone.utc)}
+def cut_params(now: float, history: float = HISTORY_SECONDS) -> dict[str, datetime]:
+    """The bound parameters of :data:`EVENT_FILTERS` for a snapshot at ``now``, ``history`` seconds back.
+
+    An infinite ``history`` keeps every row (``vecsched db dump``: the whole history, not a cycle's).
+    """
+    if not math.isfinite(history):
+        return {"cut": datetime(1, 1, 2, tzinfo=timezone.utc)}
+    return {"cut": datetime.fromtimestamp(now - history, tz=timezone.utc)}
 
 
 def prune_events(conn: Engine | Connection, now: float) -> dict[str, int]:

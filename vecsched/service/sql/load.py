@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from vecsched.service.sql.generic import _Fallback, _GenericFetch, _list_column, _Raw, RowNumbers
 from vecsched.service.sql.pg import _PgFetch
-from vecsched.service.sql.events import EVENT_FILTERS, cut_params
+from vecsched.service.sql.events import EVENT_FILTERS, HISTORY_SECONDS, cut_params
 from vecsched.service.sql.schema import (
     _MAIN,
     capacity_returns,
@@ -39,7 +39,8 @@ def _fast_path(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
-def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> Snapshot:
+def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True,
+               history: float = HISTORY_SECONDS) -> Snapshot:
     """Read the horde from SQL into a :class:`Snapshot` taken at ``now``.
 
     One query per table (a large table's in parts on PostgreSQL). Bad rows are left out and described in
@@ -57,6 +58,9 @@ def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> S
     fast : bool, default True
         Use the PostgreSQL fast path when the database allows it; ``False``
         forces the generic path (for comparisons).
+    history : float, default HISTORY_SECONDS
+        Seconds of returned dispatches and returns before ``now`` to read (every dispatch still
+        active is read whatever its age); ``math.inf``: every event row (``vecsched db dump``).
 
     Returns
     -------
@@ -77,15 +81,15 @@ def load_horde(conn: Engine | Connection, now: float, *, fast: bool = True) -> S
             if c.dialect.name == "postgresql":
                 c = c.execution_options(isolation_level="REPEATABLE READ")
             with c.begin():
-                return load_horde(c, now, fast=fast)
+                return load_horde(c, now, fast=fast, history=history)
     if fast and _fast_path(conn):
         fetch = _PgFetch(conn)
         try:
             with fetch.serial_plans():
-                return _load(conn, now, fetch)
+                return _load(conn, now, fetch, history)
         except _Fallback:
             pass  # same transaction, so the generic read sees the same rows
-    return _load(conn, now, _GenericFetch(conn))
+    return _load(conn, now, _GenericFetch(conn), history)
 
 
 def _spec(name: str) -> list[Column]:
@@ -101,9 +105,9 @@ _LINKS = (("workers", "models", worker_models, "worker_id", "model"),
 _EVENTS = (("dispatches", dispatches), ("capacity_returns", capacity_returns))
 
 
-def _reads(now: float) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+def _reads(now: float, history: float) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     """Every read of one load, in the order :func:`_load` takes the results (``_GenericFetch.read_all``)."""
-    params = cut_params(now)
+    params = cut_params(now, history)
     return [
         *(("main", (table, renames, _spec(name)), {}) for name, (table, renames) in _MAIN.items()),
         *(("link", (link, key, value), {}) for _, _, link, key, value in _LINKS),
@@ -115,10 +119,10 @@ def _reads(now: float) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
     ]
 
 
-def _load(conn: Connection, now: float, fetch: "_GenericFetch") -> Snapshot:
+def _load(conn: Connection, now: float, fetch: "_GenericFetch", history: float) -> Snapshot:
     errors: list[RowError] = []
     tables: dict[str, dict[str, Any]] = {}
-    got = fetch.read_all(_reads(now))
+    got = fetch.read_all(_reads(now, history))
     for name in _MAIN:
         tables[name] = _judge(name, _spec(name), next(got), errors)
     rows = {name: RowNumbers(tables[name]["id"]) for name in ("workers", "requests")}
