@@ -259,8 +259,8 @@ def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[fl
 def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     """The ``calibration`` mapping from validated pairs (objects with gentype, phase, p50, observed).
 
-    Stall pairs and pairs without a p50 are left out. ``no_capacity``: pairs of
-    :data:`NO_CAPACITY_SOURCE`, whose null-p50 ones give :func:`no_capacity_forecast` its outcomes.
+    Stall pairs and pairs without a p50 are left out. ``no_capacity``: pairs of any estimator, of which
+    :data:`NO_CAPACITY_SOURCE`'s null-p50 ones give :func:`no_capacity_forecast` its outcomes.
 
     Examples
     --------
@@ -285,7 +285,8 @@ def from_pairs(pairs: Any, **options: Any) -> dict[str, Any]:
     if hazard is None and all(hasattr(p, "request_id") and hasattr(p, "at") for p in pairs):
         hazard = cancel_hazards(pairs)
     # The outcomes of requests no capacity could serve when seen (NO_CAPACITY_SOURCE's null p50s).
-    unserved = [p for p in options.pop("no_capacity", ()) if p.phase in ("start", "completion") and p.p50 is None]
+    unserved = [p for p in options.pop("no_capacity", ())
+                if p.estimator == NO_CAPACITY_SOURCE and p.phase in ("start", "completion") and p.p50 is None]
     out: dict[str, Any] = {"pairs": columns, **options}
     if unserved:
         out["no_capacity"] = {"gentype": np.array([p.gentype for p in unserved], dtype=object),

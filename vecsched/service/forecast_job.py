@@ -167,7 +167,7 @@ class ForecastTracker:
         self.unrecorded = self.unrecorded[~self.unrecorded.index.isin(ids[new])]
         if self.lane is not None and estimates.deferred is not None:  # else the replay ran in this estimate
             self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now)
-        jobless = ~_request_state(snapshot, ids[new])["has_job"]
+        jobless = ~ids[new].isin(snapshot.jobs.request_id)
         added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool), "seen": seen,
                               "jobless": jobless}, index=ids[new])
         self.tracked = pd.concat([self.tracked, added]) if len(self.tracked) else added
@@ -204,8 +204,7 @@ class ForecastTracker:
             self.recorder.record_outcomes(events)
         # Resolved, or long past expiry (nothing more will be observed): stop tracking.
         finished = done | expired | cancelled | (now > expiry + GRACE_SECONDS)
-        kept = t[~finished].assign(expiry=expiry[~finished], started=started[~finished])
-        self.tracked = kept
+        self.tracked = t[~finished].assign(expiry=expiry[~finished], started=started[~finished])
         return len(events)
 
 

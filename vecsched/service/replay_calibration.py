@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vecsched.core.calibration import NO_CAPACITY_SOURCE, from_pairs
+from vecsched.core.calibration import from_pairs
 from vecsched.core.replay import NAME
 
 log = logging.getLogger(__name__)
@@ -42,9 +42,7 @@ class ReplayCalibration:
         if now - self.read_at >= self.refresh:
             try:
                 every = self.backend.pairs(now - self.window, now)
-                pairs = [p for p in every if p.estimator == NAME]
-                unserved = [p for p in every if p.estimator == NO_CAPACITY_SOURCE and p.p50 is None]
-                self.value = {NAME: from_pairs(pairs, no_capacity=unserved)}
+                self.value = {NAME: from_pairs([p for p in every if p.estimator == NAME], no_capacity=every)}
                 self.read_at = now
             except Exception as exc:  # a calibration read never fails a cycle
                 log.warning("replay calibration not refreshed: %s", type(exc).__name__)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from vecsched.core.calibration import NO_CAPACITY_SOURCE, calibrated_p90, from_pairs, no_capacity_forecast
+from vecsched.core.calibration import calibrated_p90, from_pairs, no_capacity_forecast
 from vecsched.core.replay import NAME, enable
 from vecsched.simulate.scenarios import WORLDS
 from vecsched.snapshot.schema import IMAGE, TEXT
@@ -69,14 +69,13 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
     mine = [p for p in pairs if p.estimator == estimator]
     scored = {_seed(p) for p in mine}
     mine_pool = [p for p in pool if p.estimator == estimator and _seed(p) not in scored]
-    # Requests no capacity could serve when seen, as the job learns them (from_pairs' no_capacity).
-    unserved = [p for p in [*pairs, *(q for q in pool if _seed(q) not in scored)]
-                if p.estimator == NO_CAPACITY_SOURCE and p.p50 is None]
+    # Every estimator's pairs, from which from_pairs takes the outcomes of requests no capacity could serve.
+    every = [*pairs, *(q for q in pool if _seed(q) not in scored)]
     seed_of = np.array([_seed(p) for p in mine], dtype=object)
     out = []
     for seed in sorted(set(seed_of)):
         others = [p for p, s in zip(mine, seed_of) if s != seed] + mine_pool
-        calibration = from_pairs(others, min_pairs=min_pairs, no_capacity=[p for p in unserved if _seed(p) != seed])
+        calibration = from_pairs(others, min_pairs=min_pairs, no_capacity=[p for p in every if _seed(p) != seed])
         own = [p for p, s in zip(mine, seed_of) if s == seed]
         for phase in ("start", "completion"):
             rows = [p for p in own if p.phase == phase]

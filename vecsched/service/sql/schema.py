@@ -176,15 +176,15 @@ def make_engine(url: str) -> Engine:
         from vecsched.service.sqlite_file import watch_file
 
         return watch_file(engine)
-    connect_args = {} if "connect_timeout" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
-    if url.startswith("postgres"):
-        # A server that goes silent mid-query (a partition, a frozen host) held a pooled connection until
-        # TCP gave up, hours later: the cycle neither ended nor failed. Keepalives and an unacknowledged-
-        # data bound close such a connection within about half a minute; the cycle then fails with it.
-        given = sa.engine.make_url(url).query
-        connect_args.update({k: v for k, v in PG_KEEPALIVES.items() if k not in given})
+    parsed = sa.engine.make_url(url)
+    postgresql = parsed.get_backend_name() == "postgresql"
+    # A server that goes silent mid-query (a partition, a frozen host) held a pooled connection until
+    # TCP gave up, hours later: the cycle neither ended nor failed. Keepalives and an unacknowledged-
+    # data bound close such a connection within about half a minute; the cycle then fails with it.
+    defaults = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **(PG_KEEPALIVES if postgresql else {})}
+    connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}  # the URL's own win
     engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
-    if engine.dialect.name == "postgresql":
+    if postgresql:
 
         @sa.event.listens_for(engine, "connect")
         def _lock_timeout(dbapi_conn: Any, _record: Any) -> None:
