@@ -119,3 +119,24 @@ def positive_float(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"{text} is not a number > 0")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0.
+
+    Examples
+    --------
+    >>> non_negative_float("0")
+    0.0
+    >>> non_negative_float("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: -1 is not a number >= 0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} is not a number >= 0")
+    return value

@@ -24,6 +24,7 @@ from vecsched.core.eligibility import Eligibility, eligibility
 from vecsched.core import forecasts as _forecasts
 from vecsched.core.result import CompetitionState, EstimateOptions, Estimates, QueueSignatures
 from vecsched.core.stall import EventRows, event_rows, stall, stall_columns
+from vecsched.core.stall_cache import REFRESH_SECONDS, StallSums
 from vecsched.core.threads import one_blas_thread
 from vecsched.snapshot.snapshot import Snapshot
 
@@ -71,6 +72,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     forecast_throughput = np.zeros(len(batch.queue.index))
     with stages("stall"):  # both gentypes read the same event tables: their ids are looked up once
         found = event_rows(snapshot, batch.worker_index, batch.request_index)
+    stall_sums: list[StallSums] = []
     for gentype, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = np.flatnonzero(batch.queue.gentype == gentype)
         with stages("horde"):
@@ -96,7 +98,8 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
         columns["eligible_worker_threads"][mine] = elig.threads
         columns["is_possible"][mine] = (elig.workers > 0) | (batch.progress["processing"][mine] > 0)
         with stages("stall"):
-            _stall(columns, batch, snapshot, gentype, mine, elig, found.among(mine, len(batch.queue.ids)))
+            stall_sums.append(_stall(columns, batch, snapshot, gentype, mine, elig,
+                                     found.among(mine, len(batch.queue.ids)), options))
         if not aware:
             _use_horde_figures(columns, mine)
             continue
@@ -116,6 +119,7 @@ def compute(snapshot: Snapshot, options: EstimateOptions) -> Estimates:
     return Estimates(
         forecasts=forecasts,
         deferred=inputs if options.defer else None,
+        stall_sums=StallSums.concat(stall_sums),
         now=snapshot.now,
         request_id=batch.queue.ids,
         request_index=batch.queue.index,
@@ -202,13 +206,14 @@ def _eligibility(batch: _Batch, gentype: int, mine: np.ndarray, aware: bool) -> 
 
 
 def _stall(columns: dict[str, np.ndarray], batch: _Batch, snapshot: Snapshot, gentype: int, mine: np.ndarray,
-           elig: Eligibility, found: EventRows) -> None:
-    """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7)."""
-    pressure = stall(snapshot, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
-                     batch.progress["processing"][mine], _excluded_among(batch, mine), len(snapshot.model_names),
-                     found)
+           elig: Eligibility, found: EventRows, options: EstimateOptions) -> StallSums:
+    """might_stall and its figures for the waiting requests ``mine`` (SPEC section 7); the sums behind them."""
+    pressure, sums = stall(snapshot, take_rows(batch.queue, mine), gentype, elig, batch.position[mine],
+                           batch.progress["processing"][mine], _excluded_among(batch, mine),
+                           len(snapshot.model_names), found, options.stall_sums, options.stall_refresh)
     for name, values in pressure.items():
         columns[name][mine] = values
+    return sums
 
 
 def _excluded_among(batch: _Batch, mine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -333,7 +338,7 @@ def _horde_wide(batch: _Batch, gentype: int, mine: np.ndarray, columns: dict[str
 
 def estimate(
     snapshot: Snapshot, *, eligible_image_wait: bool = False, forecast_skip: Any = None, calibration: Any = None,
-    defer: tuple[str, ...] = (),
+    defer: tuple[str, ...] = (), stall_sums: Any = None, stall_refresh: float = REFRESH_SECONDS,
 ) -> Estimates:
     """Compute every waiting request's figures (SPEC.md sections 3 to 6) at once.
 
@@ -350,6 +355,17 @@ def estimate(
     defer : tuple of str, optional
         Estimator names not run here: the forecasts stage's inputs are kept in
         ``Estimates.deferred`` instead, to run them later (off the job's cycle).
+    stall_sums : StallSums, optional
+        ``Estimates.stall_sums`` of the previous cycle: section 7's sums of a
+        request are then computed again only once each ``stall_refresh``
+        seconds of its age (and when its window reaches 120 s); in between,
+        its evidence is judged at ``now`` from the kept sums, its eligible
+        threads and whether a job is in flight. Without it (the default),
+        every request's sums are computed: the figures are SPEC section 7's
+        at ``now``.
+    stall_refresh : float, default 60
+        Seconds of a request's age between two computations of its sums
+        (0: every cycle); the horde's own status path keeps them 60 s.
 
     Returns
     -------
@@ -371,6 +387,7 @@ def estimate(
     (1, 0, 10.0)
     """
     options = EstimateOptions(eligible_image_wait=eligible_image_wait, calibration=calibration,
-                              forecast_skip=forecast_skip, defer=tuple(defer))
+                              forecast_skip=forecast_skip, defer=tuple(defer), stall_sums=stall_sums,
+                              stall_refresh=stall_refresh)
     with one_blas_thread():
         return compute(snapshot, options)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from vecsched.core.arrays import WorkerArrays
 from vecsched.core.stall import EVIDENCE, evidence_names
+from vecsched.core.stall_cache import REFRESH_SECONDS, check_refresh
 from vecsched.snapshot.schema import GENTYPES, RowError
 from vecsched.snapshot.times import iso
 
@@ -84,10 +85,17 @@ class EstimateOptions:
     # Estimators left out of the estimate's forecasts stage: the job runs them later, off its cycle,
     # on the inputs kept in ``Estimates.deferred`` (vecsched.service.replay_lane).
     defer: tuple[str, ...] = field(default=(), compare=False)
+    # The job's last cycle's section 7 sums (vecsched.core.stall_cache.StallSums): those that still hold are
+    # used again; a request's are computed again each ``stall_refresh`` seconds of its age (0: every cycle).
+    stall_sums: Any = field(default=None, compare=False)
+    stall_refresh: float = REFRESH_SECONDS
 
     def __post_init__(self) -> None:
         if not isinstance(self.eligible_image_wait, bool):
             raise TypeError("eligible_image_wait must be True or False")
+        object.__setattr__(self, "stall_refresh", check_refresh(self.stall_refresh))
+        if self.stall_sums is not None and not callable(getattr(self.stall_sums, "kept", None)):
+            raise TypeError(f"stall_sums must be the StallSums of an earlier estimate, not {type(self.stall_sums).__name__}")
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,8 @@ class Estimates:
     forecasts: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # The forecasts stage's ForecastInputs when some estimator was deferred (``options.defer``), else None.
     deferred: Any = field(default=None, repr=False, compare=False)
+    # Section 7's sums of this estimate's requests, to hand to the next cycle's (EstimateOptions.stall_sums).
+    stall_sums: Any = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.request_id)

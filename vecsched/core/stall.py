@@ -30,6 +30,7 @@ import pandas as pd
 from vecsched.core.arrays import RequestArrays, take_rows
 from vecsched.core.eligibility import Eligibility
 from vecsched.core.groups import pack_words, positions_among, unique_rows, unpack_words
+from vecsched.core.stall_cache import REFRESH_SECONDS, StallSums
 from vecsched.core.stall_prefix import prefix_arrivals, prefix_sums, takeable_rows
 from vecsched.core.stall_sums import (
     RowSets,
@@ -269,7 +270,9 @@ def stall(
     excluded: tuple[np.ndarray, np.ndarray],
     vocabulary_size: int,
     found: EventRows,
-) -> dict[str, np.ndarray]:
+    kept: StallSums | None = None,
+    refresh: float = REFRESH_SECONDS,
+) -> tuple[dict[str, np.ndarray], StallSums]:
     """Section 7 for the waiting requests ``rq`` of one gentype.
 
     ``elig`` is their eligibility with competition (``takeable`` and
@@ -278,7 +281,11 @@ def stall(
     ``found`` the snapshot's :class:`EventRows` with ``d_request`` among
     ``rq`` (:meth:`EventRows.among`). Returns ``stall_evidence`` (an
     ``int8`` code into :data:`EVIDENCE`, -1 for null), ``might_stall`` and
-    the pressure figures, aligned with ``rq``.
+    the pressure figures, aligned with ``rq``; and the sums of the requests
+    they were computed for, for the next cycle. The sums of ``kept`` that
+    still hold (:meth:`StallSums.kept`, every ``refresh`` seconds of a
+    request's age) are used instead of computing them again; the evidence is
+    judged from them at ``now``.
     """
     n = len(rq.ids)
     now = snapshot.now
@@ -286,34 +293,29 @@ def stall(
     out.update({name: np.zeros(n) for name in FLOAT_COLUMNS})
     start = np.maximum(rq.created, now - WINDOW_SECONDS)
     middle = start + (now - start) / 2
-    unit = rq.output.astype(np.float64) if gentype == TEXT else rq.output / 1e6
     waits = processing == 0
     threads = elig.threads
     looked = np.flatnonzero(waits & (threads > 0))
     halves = np.zeros((4, n))  # arriving first, second; returned first, second
     counts = np.zeros((2, n), np.int64)  # matched returns per half
     incomplete = np.zeros(n, bool)
-    if len(looked):
-        ev = window_events(snapshot, found, elig.worker_rows)
-        rows, row_of = np.unique(elig.row[looked], return_inverse=True)
-        takes = elig.competition
-        signature, arriving = _arriving_signatures(takes, rq, now)
-        member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0,
-                                                               arriving)
-        owners = snapshot.requests.user_id[rq.index]
-        context = _Context(now, rq, start, middle, unit, position, signature, owners, ev)
+    evaluated_at = np.full(n, now)
+    computed = looked
+    if kept is not None and len(looked):
+        in_kept, holds = kept.kept(rq.ids[looked], rq.created[looked], now=now, refresh=refresh,
+                                   min_window=MIN_WINDOW_SECONDS)
+        held, source = looked[holds], in_kept[holds]
+        counts[:, held], halves[:, held] = kept.counts[:, source], kept.halves[:, source]
+        incomplete[held], evaluated_at[held] = kept.incomplete[source], kept.evaluated_at[source]
+        for name, values in zip(INT_COLUMNS, kept.figures[:, source]):
+            out[name][held] = values
+        computed = looked[~holds]
+    if len(computed):
+        unit = rq.output.astype(np.float64) if gentype == TEXT else rq.output / 1e6
+        context = _Context(now, rq, start, middle, unit, position, snapshot.requests.user_id[rq.index],
+                           window_events(snapshot, found, elig.worker_rows), elig.competition)
         context.out, context.halves, context.counts, context.incomplete = out, halves, counts, incomplete
-        # Each matrix once with its sparser side compressed, for every sum that reads it.
-        context.member_sets = row_sets(member)
-        context.takeable_sets = None if takes is None else row_sets(takeable)
-        member_row = member_of[row_of]
-        _shared_returns(context, member, member_row, looked)
-        _recent_by_time(context, member, member_row, looked)
-        _shared_dispatches(context, member, member_row, looked)
-        _recent_dispatches(context, member, member_row, looked)
-        if takes is not None:
-            halves[:2] += _shared_window(context, takeable, takeable_of[row_of], looked)
-            halves[:2] += _recent_window(context, takeable, takeable_of[row_of], looked)
+        _sums(context, elig, computed)
     evidence = np.full(n, NO_EVIDENCE, np.int8)
     conditions = [
         threads == 0,
@@ -329,7 +331,29 @@ def stall(
     out["returned_work"] = halves[2] + halves[3]
     out["stall_evidence"] = evidence
     out["might_stall"] = evidence == STALLING
-    return out
+    sums = StallSums.of(rq.ids[looked], created=rq.created[looked], evaluated_at=evaluated_at[looked],
+                        counts=counts[:, looked], halves=halves[:, looked], incomplete=incomplete[looked],
+                        figures=np.stack([out[name][looked] for name in INT_COLUMNS]))
+    return out, sums
+
+
+def _sums(context: _Context, elig: Eligibility, looked: np.ndarray) -> None:
+    """Add section 7's sums of the requests ``looked`` (waiting, with eligible threads) to ``context``'s."""
+    rows, row_of = np.unique(elig.row[looked], return_inverse=True)
+    ev, takes = context.ev, elig.competition
+    member, member_of, takeable, takeable_of = _row_tables(elig, rows, len(ev.d_time) + len(ev.c_time) > 0,
+                                                           context.arriving)
+    # Each matrix once with its sparser side compressed, for every sum that reads it.
+    context.member_sets = row_sets(member)
+    context.takeable_sets = None if takes is None else row_sets(takeable)
+    member_row = member_of[row_of]
+    _shared_returns(context, member, member_row, looked)
+    _recent_by_time(context, member, member_row, looked)
+    _shared_dispatches(context, member, member_row, looked)
+    _recent_dispatches(context, member, member_row, looked)
+    if takes is not None:
+        context.halves[:2] += _shared_window(context, takeable, takeable_of[row_of], looked)
+        context.halves[:2] += _recent_window(context, takeable, takeable_of[row_of], looked)
 
 
 def _arriving_signatures(takes, rq: RequestArrays, now: float) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -713,9 +737,10 @@ def _expand_ranges(lo: np.ndarray, hi: np.ndarray, item: np.ndarray, requests: n
 class _Context:
     """What every block reads: the requests' windows and queue places, the events; and the sums it adds to."""
 
-    def __init__(self, now, rq, start, middle, unit, position, signature, owners, ev):
+    def __init__(self, now, rq, start, middle, unit, position, owners, ev, takes):
         self.now, self.rq, self.start, self.middle = now, rq, start, middle
-        self.position, self.signature, self.ev = position, signature, ev
+        self.position, self.ev = position, ev
+        self.signature, self.arriving = _arriving_signatures(takes, rq, now)
         self.arrived = np.flatnonzero((rq.created >= now - WINDOW_SECONDS) & (rq.created <= now))
         self.arrived_work = (rq.n[self.arrived] * unit[self.arrived]).astype(np.float64)
         prio_values, self.prio_rank = np.unique(rq.priority, return_inverse=True)

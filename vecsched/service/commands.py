@@ -74,7 +74,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import non_negative_int, positive_float
+    from vecsched.arguments import non_negative_float, non_negative_int, positive_float
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -103,6 +103,10 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                         "(implies --replay; forecasts of requests first seen between replays are recorded "
                         "late, with their true first sighting; default: $VECSCHED_REPLAY_EVERY with --replay, "
                         "else inside every cycle)")
+    p.add_argument("--stall-refresh", type=non_negative_float, default=60.0, metavar="SECONDS",
+                   help="compute a request's might_stall sums again each SECONDS of its age, as the horde keeps "
+                        "them 60 s; whether a job is in flight, its eligible threads and the evidence are judged "
+                        "every cycle (default 60; 0: every request's sums every cycle)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
     p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
@@ -342,7 +346,8 @@ def _run(args: argparse.Namespace) -> int:
             if report.ok:
                 logging.getLogger("vecsched.job").info("%s", how_to_read(report.published))
             return 0 if report.ok else 1
-        run_service(loader, store, interval=args.interval, estimate=figures, observe=observe, replay_every=every)
+        run_service(loader, store, interval=args.interval, estimate=figures, observe=observe, replay_every=every,
+                    stall_refresh=args.stall_refresh)
         return 0
     finally:
         if provider is not None:

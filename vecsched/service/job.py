@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from vecsched.core.estimate import estimate as estimate_snapshot
 from vecsched.core.prospective import build_prospective_state
+from vecsched.core.stall_cache import REFRESH_SECONDS
+from vecsched.service.stall_refresh import StallRefresh
 from vecsched.snapshot.schema import RowError
 from vecsched.service.store.base import Cycle, Store
 from vecsched.service.payload import encode_payloads
@@ -176,6 +178,7 @@ def run_cycle(
     estimate: Callable[[Snapshot], Any] | None = None,
     observe: Callable[[CycleReport, Any, Any], None] | None = None,
     forecasts: Any = None,
+    stall: Any = None,
 ) -> CycleReport:
     """Run one cycle: ``load(now)``, estimate, publish to ``store``; never raises.
 
@@ -202,6 +205,10 @@ def run_cycle(
         Records first sightings' forecasts and derived outcomes after the
         publication (:mod:`vecsched.service.forecast_job`); its failure is
         logged and never fails the cycle.
+    stall : StallRefresh, optional
+        Hands the last cycle's section 7 sums to this cycle's estimate, and
+        keeps this one's (:mod:`vecsched.service.stall_refresh`); without it,
+        every cycle computes every request's.
 
     Returns
     -------
@@ -216,6 +223,8 @@ def run_cycle(
     >>> report.ok, report.error
     (False, 'ConnectionError: database down')
     """
+    if stall is not None:
+        estimate = stall.wrap(estimate)  # section 7's sums of a request once a minute of its age
     if forecasts is not None:
         estimate = forecasts.wrap(estimate)  # forecasts only for requests not yet recorded
     estimate = estimate_snapshot if estimate is None else estimate
@@ -387,6 +396,7 @@ def run_service(
     estimate: Callable[[Snapshot], Any] | None = None,
     observe: Callable[[CycleReport, Any, Any], None] | None = None,
     replay_every: float | None = None,
+    stall_refresh: float = REFRESH_SECONDS,
 ) -> None:
     """Run cycles every ``interval`` seconds until SIGINT/SIGTERM (or ``stop`` is set).
 
@@ -414,6 +424,9 @@ def run_service(
         Run ``dispatch-replay-v1`` (when registered) off the cycle, in a
         :class:`~vecsched.service.replay_lane.ReplayLane` thread, at most once
         per this many seconds; None (default): inside every cycle's estimate.
+    stall_refresh : float, default 60
+        Seconds of a request's age between two computations of its
+        might_stall sums (:mod:`vecsched.core.stall_cache`); 0: every cycle.
 
     Examples
     --------
@@ -432,7 +445,8 @@ def run_service(
         tracker.lane.start()
     scheduler = BackgroundScheduler(timezone="UTC")
     scheduler.add_job(
-        _CycleWithHint(interval=interval, estimate=estimate, observe=observe, forecasts=tracker),
+        _CycleWithHint(interval=interval, estimate=estimate, observe=observe, forecasts=tracker,
+                       stall=StallRefresh(stall_refresh)),
         "interval",
         seconds=interval,
         args=(load, store, clock),
