@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a file (python benchmarks/X.py): the che
 from benchmarks.sidebyside import take_turns  # noqa: E402
 
 _CHILD = r"""
-import json, secrets, statistics, sys, time
+import functools, inspect, json, secrets, statistics, sys, time
 import numpy as np
 import sqlalchemy as sa
 import vecsched
@@ -52,8 +52,9 @@ from vecsched.service.store.sql import SQLStore
 from vecsched.synthetic import horde
 from vecsched.synthetic_history import with_history
 from benchmarks.report import STAGES as SPEC_STAGES
+INTERVAL = 5.0  # the job's default refresh interval
 
-workers, requests, seed, db, redis_url, new_share, history = sys.argv[1:8]
+workers, requests, seed, db, redis_url, new_share, history, stall_refresh = sys.argv[1:9]
 url, schema = db, None
 if url.startswith("postgresql"):
     schema = "vs_bench_" + secrets.token_hex(4)
@@ -87,14 +88,20 @@ try:
     skip = ids[: int(len(ids) * (1.0 - float(new_share)))]
     timings = {}
 
-    def estimate(snapshot):
-        est = vecsched.estimate(snapshot, forecast_skip=skip)
+    @functools.wraps(vecsched.estimate)  # its signature: the job's stall refresh sees what it may pass
+    def estimate(snapshot, **kwargs):
+        est = vecsched.estimate(snapshot, forecast_skip=skip, **kwargs)
         timings.update(est.timings)
         return est
 
+    # The job's own section 7 refresh (a request's sums once a minute of its age), where the tree has it.
+    kept = {}
+    if "stall" in inspect.signature(job.run_cycle).parameters:
+        from vecsched.service.stall_refresh import StallRefresh
+        kept = {"stall": StallRefresh(float(stall_refresh))}
     for name in ("build_prospective_state", "encode_payloads", "ended_requests"):
         setattr(job, name, timed(name, getattr(job, name)))
-    job.run_cycle(loader, store, lambda: snap.now, interval=5.0, estimate=estimate)  # cold cycle, not counted
+    job.run_cycle(loader, store, lambda: snap.now, interval=INTERVAL, estimate=estimate, **kept)  # cold, not counted
     print(json.dumps({"synthesize_s": synthesize, "import_s": imported}), flush=True)
     cycle = 0
     for line in sys.stdin:
@@ -103,11 +110,11 @@ try:
             rng = np.random.default_rng(0)
             picks = [ids[i] for i in rng.integers(0, len(ids), 5000)]
             for rid in picks[:200]:  # warm up the connection and the script cache
-                status(rid, store=store, now=snap.now + cycle)
+                status(rid, store=store, now=snap.now + INTERVAL * (cycle - 1))
             lat = []
             for rid in picks:
                 t = time.perf_counter()
-                status(rid, store=store, now=snap.now + cycle)
+                status(rid, store=store, now=snap.now + INTERVAL * (cycle - 1))
                 lat.append((time.perf_counter() - t) * 1000)
             lat.sort()
             out = {"status_read_ms": {"n": len(lat), "p50": statistics.median(lat), "p99": lat[int(0.99 * (len(lat) - 1))]}}
@@ -117,7 +124,9 @@ try:
             continue
         spent.clear()
         timings.clear()
-        report = job.run_cycle(loader, store, lambda: snap.now + cycle, interval=5.0, estimate=estimate)
+        # The job's cadence: each cycle one interval after the last, on the same rows (no arrivals).
+        report = job.run_cycle(loader, store, lambda: snap.now + INTERVAL * cycle, interval=INTERVAL,
+                               estimate=estimate, **kept)
         assert report.ok, report.error
         in_estimate = sum(timings.values())
         spec = sum(timings.get(k, 0.0) for k in SPEC_STAGES)
@@ -151,16 +160,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="'' to publish into the database")
     ap.add_argument("--rounds", "--cycles", type=int, default=3, dest="rounds")
     ap.add_argument("--new-share", type=float, default=0.01, help="share of requests not yet forecast")
+    ap.add_argument("--stall-refresh", type=float, default=60.0,
+                    help="the job's --stall-refresh (default 60; 0: every request's might_stall sums every cycle)")
     ap.add_argument("--history", action=argparse.BooleanOptionalAction, default=True,
                     help="five minutes of dispatch and return history in the horde (default: yes)")
     args = ap.parse_args(argv)
     trees = dict(zip(["before", "after"], args.trees)) if len(args.trees) == 2 else {"tree": (args.trees or ["."])[0]}
     child_args = [str(args.workers), str(args.requests), str(args.seed), args.db, args.redis, str(args.new_share),
-                  "history" if args.history else "none"]
+                  "history" if args.history else "none", str(args.stall_refresh)]
     ready, turns = take_turns(trees, _CHILD, child_args, args.rounds, finish="reads" if len(trees) == 1 else None)
     out: dict = {"workers": args.workers, "requests": args.requests, "db": args.db.split("://")[0],
                  "store": "redis" if args.redis else "sql", "rounds": args.rounds, "new_share": args.new_share,
-                 "history": args.history}
+                 "history": args.history, "stall_refresh": args.stall_refresh}
     for name, tree in trees.items():
         cycles = [t for t in turns[name] if "load" in t]
         medians = {f"{k}_s": round(statistics.median(c[k] for c in cycles), 4) for k in STAGES}

@@ -60,6 +60,7 @@ def run(
     eligible_image_wait: bool = True,
     keep_snapshots: bool = False,
     on_snapshot: Callable[[Snapshot, Any], None] | None = None,
+    stall_refresh: float = 0.0,
 ) -> Run:
     """Simulate a scenario, estimate every ``every`` seconds, and score the estimates.
 
@@ -83,6 +84,11 @@ def run(
         Keep every snapshot in :attr:`Run.snapshots`.
     on_snapshot : callable, optional
         Called as ``on_snapshot(snapshot, estimates)`` at each snapshot.
+    stall_refresh : float, default 0
+        Hand each snapshot's might_stall sums to the next estimate, as the job
+        does (``vecsched run --stall-refresh``): a request's are computed
+        again each this many seconds of its age. 0: every snapshot's are
+        section 7's at its instant.
 
     Returns
     -------
@@ -103,10 +109,13 @@ def run(
     snapshots = []
     # Snapshots at warmup, warmup + every, ... through the end of the window.
     times = t0 + warmup + every * np.arange(math.floor(minutes * 60.0 / every + 1e-9) + 1)
+    kept = None
     for t in times:
         sim.run_until(float(t))
         snap = sim.snapshot()
-        est = estimate(snap, eligible_image_wait=eligible_image_wait)
+        est = estimate(snap, eligible_image_wait=eligible_image_wait, stall_sums=kept,
+                       stall_refresh=stall_refresh)
+        kept = est.stall_sums if stall_refresh > 0 else None
         frame = est.to_frame()
         frame["snapshot_time"] = snap.now
         frame["online_threads"] = _online_threads(snap, frame["gentype"])

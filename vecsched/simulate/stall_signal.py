@@ -107,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m vecsched.simulate.stall_signal", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stall-refresh", type=float, default=0.0,
+                        help="score might_stall as the job publishes it: each request's sums computed again each "
+                             "SECONDS of its age (the job's default is 60; default here 0: every snapshot)")
     parser.add_argument("scenarios", nargs="*")
     args = parser.parse_args(argv)
-    print(markdown(run_suite(args.minutes, args.seed, args.scenarios or None)))
+    print(markdown(run_suite(args.minutes, args.seed, args.scenarios or None, stall_refresh=args.stall_refresh)))
     return 0
 
 
