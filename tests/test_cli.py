@@ -67,6 +67,7 @@ def test_bad_json_argument(capsys) -> None:
 @pytest.mark.parametrize("argv", [["synth", "--requests", "-1", "-o", "x.json"],
                                   ["synth", "--workers", "many", "-o", "x.json"],
                                   ["run", "--interval", "0"],
+                                  ["run", "--stall-refresh", "-1"],
                                   ["top", "-n", "-3"]])
 def test_out_of_range_number(capsys, argv: list[str]) -> None:
     line = one_line_failure(capsys, argv, code=2)
@@ -182,3 +183,15 @@ def test_a_password_in_a_url_never_reaches_the_error_line(capsys, url: str) -> N
     argv = ["status", "x", "--redis", url] if url.startswith("redis") else ["db", "init", "--db", url]
     line = one_line_failure(capsys, argv)
     assert "s3cret" not in line
+
+
+@pytest.mark.parametrize(("argv", "refresh"), [([], 60.0), (["--stall-refresh", "15"], 15.0),
+                                               (["--stall-refresh", "0"], 0.0)])
+def test_run_hands_its_stall_refresh_to_the_job(tmp_path: Path, monkeypatch, argv: list[str], refresh: float) -> None:
+    import vecsched.service.job as job
+
+    seen = {}
+    monkeypatch.setattr(job, "run_service", lambda *args, **kwargs: seen.update(kwargs))
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    assert main(["run", "--no-demo", "--no-seed", "--db", url, "--redis", "", *argv]) == 0
+    assert seen["stall_refresh"] == refresh

@@ -137,3 +137,31 @@ def test_the_job_hands_each_cycles_sums_to_the_next(history_horde, monkeypatch) 
             assert report.ok, report.error
         first, second = sum(computed[:2]), sum(computed[2:])
         assert (second < first / 5) if expect_fewer else (second >= first * 0.95), (refresh, computed)
+
+
+@pytest.mark.parametrize("refresh", [60.0, 0.0])
+def test_the_service_keeps_sums_across_its_cycles_unless_told_not_to(history_horde, monkeypatch, refresh) -> None:
+    import itertools
+    import threading
+
+    from vecsched.service.job import run_service
+    from vecsched.service.store.sql import SQLStore
+
+    computed: list[int] = []
+    real = stall_module._sums
+    monkeypatch.setattr(stall_module, "_sums", lambda context, elig, looked: (computed.append(len(looked)),
+                                                                            real(context, elig, looked))[1])
+    stop, loads = threading.Event(), []
+    ticks = itertools.count()
+
+    def load(now):
+        loads.append(now)
+        if len(loads) >= 2:
+            stop.set()
+        return dataclasses.replace(history_horde, now=now)
+
+    run_service(load, SQLStore("sqlite://"), interval=0.05, clock=lambda: history_horde.now + 5.0 * next(ticks),
+                stop=stop, install_signals=False, stall_refresh=refresh)
+    assert len(computed) >= 4  # two gentypes, two cycles
+    first, second = sum(computed[:2]), sum(computed[2:4])
+    assert (second < first / 5) if refresh else (second >= first * 0.95), computed

@@ -106,7 +106,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--stall-refresh", type=non_negative_float, default=60.0, metavar="SECONDS",
                    help="compute a request's might_stall sums again each SECONDS of its age, as the horde keeps "
                         "them 60 s; whether a job is in flight, its eligible threads and the evidence are judged "
-                        "every cycle (default 60; 0: every request's sums every cycle)")
+                        "every cycle; 0: every request's sums every cycle (default: 60.0)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
     p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
