@@ -20,7 +20,8 @@ Metrics:
   with histograms of the pressure figures behind might_stall for the same
   requests (at most :data:`HISTOGRAM_SAMPLE` per gentype and minute);
 * ``horde.text.queue_wait_seconds``: creation to first assignment of text
-  requests, from the dispatches seen since the previous cycle.
+  requests, from the dispatches seen since the previous cycle; only a dispatch
+  provably its request's first counts (see :meth:`CycleMetrics._queue_wait`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,16 @@ class CycleMetrics:
     >>> CycleMetrics().observe_cycle(None, None, now=0.0, interval=5.0)  # no SDK: a no-op
     """
 
-    def __init__(self, meter: Any = None):
+    def __init__(self, meter: Any = None, *, history: float | None = None):
+        if history is None:
+            from vecsched.service.sql.events import HISTORY_SECONDS
+
+            history = HISTORY_SECONDS
+        self.history = float(history)  # seconds of returned dispatches a cycle's load holds
+        # Requests created after this have every dispatch in the loads seen since (None: no load yet).
+        self._covered_since: float | None = None
+        self._loaded_at: float | None = None
+        self._assigned: set[str] = set()  # requests seen dispatched: a later dispatch is never their first
         if meter is None:
             from opentelemetry import metrics
 
@@ -147,25 +157,48 @@ class CycleMetrics:
                     instrument.record(value, {"gentype": name})
 
     def _queue_wait(self, snapshot: Any, now: float, interval: float) -> None:
+        """Record the first assignments of text requests among the dispatches new in this cycle.
+
+        A load holds a returned dispatch only while its return is under
+        ``history`` seconds old (the job prunes older ones), so the earliest
+        dispatch loaded is not always the request's first. One counts only when
+        nothing earlier can be missing: its request was created after the first
+        load of an unbroken run of loads (each under ``history`` after the
+        previous, so together they held every dispatch since that load's cut),
+        and no earlier load showed the request dispatched.
+
+        What it misses: requests created before that cut (at the job's start,
+        or after a gap longer than ``history`` between loads, only those created
+        in the last ``history`` seconds count), and dispatch rows written to
+        the database after the load that should have seen them.
+        """
         import pandas as pd
 
         from vecsched.snapshot.schema import TEXT
 
+        if self._loaded_at is None or now - self._loaded_at > self.history:
+            self._covered_since = now - self.history  # what this load holds in full
+        self._loaded_at = now
         d = snapshot.dispatches
-        if len(d) == 0:
-            return
-        # First assignment: the earliest dispatch of its request among those loaded.
-        order = np.lexsort((d.dispatched_at, d.request_id.astype(str)))
-        ids = d.request_id[order].astype(str)
-        is_first = np.r_[True, ids[1:] != ids[:-1]]
-        rows = order[is_first]
-        recent = (d.dispatched_at[rows] > now - interval) & (d.dispatched_at[rows] <= now)
-        rows = rows[recent]
-        w = snapshot.workers
-        at = pd.Index(w.id).get_indexer(d.worker_id[rows]) if len(rows) else np.zeros(0, np.int64)
-        text = (at >= 0) & (w.gentype[np.maximum(at, 0)] == TEXT) if len(w) else np.zeros(len(rows), bool)
-        for wait in (d.dispatched_at[rows] - d.request_created[rows])[text].tolist():
-            self.queue_wait.record(max(wait, 0.0))
+        ids = d.request_id.astype(str)
+        if len(d):
+            order = np.lexsort((d.dispatched_at, ids))
+            is_first = np.r_[True, ids[order][1:] != ids[order][:-1]]
+            rows = order[is_first]  # each request's earliest dispatch loaded
+            at = d.dispatched_at[rows]
+            seen = np.fromiter((i in self._assigned for i in ids[rows]), bool, len(rows))
+            first = ~seen & (d.request_created[rows] > self._covered_since)
+            count = rows[first & (at > now - interval) & (at <= now)]
+            w = snapshot.workers
+            wi = pd.Index(w.id).get_indexer(d.worker_id[count]) if len(count) else np.zeros(0, np.int64)
+            text = (wi >= 0) & (w.gentype[np.maximum(wi, 0)] == TEXT) if len(w) else np.zeros(len(count), bool)
+            for wait in (d.dispatched_at[count] - d.request_created[count])[text].tolist():
+                self.queue_wait.record(max(wait, 0.0))
+            self._assigned.update(ids[rows][at <= now].tolist())
+        # Forget a request once neither its row nor a dispatch of it is loaded: it can be dispatched no more.
+        # Not when a request row was left out for a bad value: it may be one of them.
+        if not any(error.table == "requests" for error in snapshot.rejected):
+            self._assigned &= set(ids.tolist()) | set(snapshot.requests.id.astype(str).tolist())
 
 
 def _first_cycle_of_minute(now: float, interval: float) -> bool:

@@ -1,0 +1,97 @@
+"""Telemetry review: queue waits counted once, only for published cycles, and the job's own figures."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import vecsched
+from vecsched.service.job import CycleReport
+from vecsched.service.metrics import CycleMetrics
+
+T0 = datetime(2026, 11, 29, 12, 0, 1, tzinfo=timezone.utc)  # 1 s into a clock minute
+T = T0.timestamp()
+
+
+def _iso(seconds_before_t: float) -> str:
+    return (T0 - timedelta(seconds=seconds_before_t)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _dispatch(did: str, rid: str, created: float, at: float) -> dict:
+    """A dispatch of ``rid`` (created ``created`` s before T) ``at`` s before T, to the text worker."""
+    return {"dispatch_id": did, "worker_id": "w", "request_id": rid, "request_created": _iso(created),
+            "dispatched_at": _iso(at), "assigned_work": 1}
+
+
+def _snap(now: float, dispatches: list[dict]) -> vecsched.Snapshot:
+    """The snapshot a cycle ``now`` s before T loads: a text worker and the given dispatches."""
+    return vecsched.load_snapshot({
+        "format": "vecsched.snapshot/1", "now": _iso(now),
+        "workers": [{"id": "w", "user_id": "u", "gentype": "text", "last_check_in": _iso(now + 1),
+                     "models": ["m"]}],
+        "requests": [], "dispatches": dispatches})
+
+
+def _published(at: float) -> CycleReport:
+    return CycleReport(cycle_time=at, ok=True)
+
+
+def _waits(reader: InMemoryMetricReader) -> list[tuple[int, float]]:
+    data = reader.get_metrics_data()
+    out = []
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == "horde.text.queue_wait_seconds":
+                    out += [(p.count, p.sum) for p in metric.data.data_points]
+    return out
+
+
+@pytest.fixture
+def reader():
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield reader, provider.get_meter("vecsched")
+    provider.shutdown()
+
+
+def _cycle(metrics: CycleMetrics, before_t: float, dispatches: list[dict]) -> None:
+    snap = _snap(before_t, dispatches)
+    metrics.observe_cycle(_published(snap.now), None, now=snap.now, interval=5.0, snapshot=snap)
+
+
+def test_a_requests_second_dispatch_is_not_a_first_assignment_once_the_first_is_pruned(reader) -> None:
+    """r5 (two jobs): d1 700 s before T, returned 690 s before; the cycle at T no longer loads d1.
+
+    The earliest loaded dispatch was taken as the first: d2 counted a second first assignment of 798 s.
+    """
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    d1 = _dispatch("d1", "r5", created=800, at=700)
+    d2 = _dispatch("d2", "r5", created=800, at=2)
+    _cycle(metrics, 699, [d1])
+    _cycle(metrics, 400, [d1])  # returned 290 s ago: still loaded
+    _cycle(metrics, 100, [d1])
+    _cycle(metrics, 0, [d2])  # returned 690 s ago: past the loaded history
+    assert _waits(reader) == [(1, pytest.approx(100.0))]
+
+
+def test_a_long_wait_first_assigned_after_the_loaded_history_is_still_counted(reader) -> None:
+    """Seen continuously since before its creation, a request waiting 898 s has its first assignment recorded."""
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    for before_t in (1000, 700, 400, 100):
+        _cycle(metrics, before_t, [])
+    _cycle(metrics, 0, [_dispatch("d1", "r6", created=900, at=2)])
+    assert _waits(reader) == [(1, pytest.approx(898.0))]
+
+
+def test_a_request_older_than_what_the_first_cycle_loads_is_not_counted(reader) -> None:
+    """Its first assignment may be a pruned dispatch: rather miss it than count it twice."""
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    _cycle(metrics, 0, [_dispatch("d2", "r7", created=800, at=2), _dispatch("d3", "r8", created=300, at=1)])
+    assert _waits(reader) == [(1, pytest.approx(299.0))]
