@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import vecsched
-from vecsched.service.job import run_cycle
+from vecsched.service.job import CycleReport, run_cycle
 from vecsched.service.metrics import ATTRIBUTE_KEYS, CycleMetrics
 from vecsched.service.store.sql import SQLStore
 from vecsched.synthetic import horde
@@ -80,15 +80,17 @@ def test_a_cycle_reports_its_phases_rows_rejections_pressure_and_waits(reader, t
             assert set(p.attributes) <= ATTRIBUTE_KEYS, (name, dict(p.attributes))
 
 
-def test_pressure_is_sampled_only_in_a_minutes_first_cycle(reader, tmp_path) -> None:
+def test_pressure_is_sampled_only_in_a_minutes_first_published_cycle(reader, tmp_path) -> None:
     reader, meter = reader
     snap = with_history(horde(workers=30, requests=200, seed=5), seed=5)
     metrics = CycleMetrics(meter)
     store = SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}")
     base = snap.now - snap.now % 60
-    for t in (base + 5.0, base + 10.0, base + 30.0):  # none is the first of its minute
+    for t in (base + 5.0, base + 10.0, base + 30.0):  # the first of this process's cycles in the minute samples
         run_cycle(lambda now: snap, store, lambda t=t: t, interval=5.0, observe=metrics.observer(5.0))
-    assert "horde.request.assignment_pressure.samples" not in _points(reader)
+    frame = vecsched.estimate(snap).to_frame()
+    samples = _points(reader)["horde.request.assignment_pressure.samples"]
+    assert sum(p.value for p in samples) == int(frame.stall_evidence.notna().sum())
 
 
 def test_text_queue_wait_from_first_dispatches_seen_since_the_last_cycle(reader) -> None:
@@ -105,7 +107,8 @@ def test_text_queue_wait_from_first_dispatches_seen_since_the_last_cycle(reader)
                {"dispatch_id": "c", "worker_id": "w", "request_id": "r2", "request_created": "2026-11-29T11:58:00Z",
                 "dispatched_at": "2026-11-29T11:59:57Z", "assigned_work": 1}]}
     snap = vecsched.load_snapshot(doc)
-    CycleMetrics(meter).observe_cycle(None, None, now=snap.now, interval=5.0, snapshot=snap)
+    published = CycleReport(snap.now, ok=True)
+    CycleMetrics(meter).observe_cycle(published, None, now=snap.now, interval=5.0, snapshot=snap)
     (point,) = _points(reader)["horde.text.queue_wait_seconds"]
     assert point.count == 1 and point.sum == pytest.approx(58.0)  # r2's first assignment was long ago
 

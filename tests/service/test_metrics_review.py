@@ -95,3 +95,61 @@ def test_a_request_older_than_what_the_first_cycle_loads_is_not_counted(reader) 
     metrics = CycleMetrics(meter)
     _cycle(metrics, 0, [_dispatch("d2", "r7", created=800, at=2), _dispatch("d3", "r8", created=300, at=1)])
     assert _waits(reader) == [(1, pytest.approx(299.0))]
+
+
+def _samples(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    return sum(p.value for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
+               for metric in sm.metrics if metric.name == "horde.request.assignment_pressure.samples"
+               for p in metric.data.data_points)
+
+
+@pytest.fixture(scope="module")
+def queue():
+    """A horde with waiting requests, its estimates and the number of pressure samples one minute holds."""
+    from vecsched.synthetic import horde
+    from vecsched.synthetic_history import with_history
+
+    snap = with_history(horde(workers=30, requests=200, seed=5), seed=5)
+    est = vecsched.estimate(snap)
+    frame = est.to_frame()
+    waiting = int(frame.stall_evidence.notna().sum())
+    assert waiting > 0
+    return snap, est, waiting
+
+
+@pytest.mark.parametrize("report", [CycleReport(T, ok=True, superseded=True), CycleReport(T, error="OSError: x")],
+                         ids=["superseded", "failed"])
+def test_a_cycle_that_published_nothing_records_no_pressure_samples_nor_queue_waits(reader, queue, report) -> None:
+    reader, meter = reader
+    snap, est, _ = queue
+    waits = _snap(0, [_dispatch("d1", "r1", created=60, at=1)])
+    CycleMetrics(meter).observe_cycle(report, est, now=T, interval=5.0, snapshot=waits)
+    assert _samples(reader) == 0 and _waits(reader) == []
+
+
+def test_pressure_is_sampled_once_per_clock_minute_however_close_the_cycles(reader, queue) -> None:
+    """``now % 60 < interval`` let two cycles 3 s apart (a retry, ``--once`` twice) both sample."""
+    reader, meter = reader
+    snap, est, waiting = queue
+    metrics = CycleMetrics(meter)
+    base = snap.now - snap.now % 60
+    for t in (base, base + 3.0, base + 4.0, base + 50.0):
+        metrics.observe_cycle(CycleReport(t, ok=True), est, now=t, interval=5.0)
+    assert _samples(reader) == waiting
+    metrics.observe_cycle(CycleReport(base + 61.0, ok=True), est, now=base + 61.0, interval=5.0)
+    assert _samples(reader) == 2 * waiting  # a new minute, though not its first interval
+
+
+@pytest.mark.parametrize("gap, expected", [(1.0, [(1, pytest.approx(298.0))]),
+                                           (12.0, [(3, pytest.approx(298.0 + 303.0 + 308.0))])],
+                         ids=["closer-than-interval", "longer-than-interval"])
+def test_queue_waits_come_from_the_dispatches_since_the_previous_published_cycle(reader, gap, expected) -> None:
+    """A window of ``interval`` by the clock counted r1 twice 1 s apart and lost r2 12 s apart."""
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    # r1 2 s before T, r2 3 s after, r0 8 s after; all created 300 s before T
+    snap = _snap(0, [_dispatch("d0", "r0", 300, -8), _dispatch("d1", "r1", 300, 2), _dispatch("d2", "r2", 300, -3)])
+    for t in (T, T + gap):
+        metrics.observe_cycle(_published(t), None, now=t, interval=5.0, snapshot=snap)
+    assert _waits(reader) == expected

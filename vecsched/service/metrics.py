@@ -15,13 +15,17 @@ Metrics:
   ``vecsched.cycle.rows_rejected`` (``reason``), ``vecsched.cycle.age`` (s since
   the published cycle: alert on a stuck job);
 * ``horde.request.assignment_pressure.samples``: one per request waiting with
-  nothing in flight, in the first cycle of each clock minute (stateless, so
-  several job processes agree), by ``gentype``, ``evidence``, ``might_stall``;
-  with histograms of the pressure figures behind might_stall for the same
-  requests (at most :data:`HISTOGRAM_SAMPLE` per gentype and minute);
+  nothing in flight, in the first published cycle of each clock minute (of
+  this process: two job processes sample twice), by ``gentype``, ``evidence``,
+  ``might_stall``; with histograms of the pressure figures behind might_stall
+  for the same requests (at most :data:`HISTOGRAM_SAMPLE` per gentype and minute);
 * ``horde.text.queue_wait_seconds``: creation to first assignment of text
-  requests, from the dispatches seen since the previous cycle; only a dispatch
-  provably its request's first counts (see :meth:`CycleMetrics._queue_wait`).
+  requests, from the dispatches since the previous published cycle; only a
+  dispatch provably its request's first counts (see :meth:`CycleMetrics._queue_wait`).
+
+Samples and queue waits come from published cycles only: a failed or
+superseded cycle (nothing a reader sees) records its phases, rows and
+rejections, nothing else.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class CycleMetrics:
         self._covered_since: float | None = None
         self._loaded_at: float | None = None
         self._assigned: set[str] = set()  # requests seen dispatched: a later dispatch is never their first
+        self._window_end: float | None = None  # the previous published cycle: queue waits from dispatches since
+        self._sampled_minute: int | None = None  # the clock minute pressure was last sampled in
         if meter is None:
             from opentelemetry import metrics
 
@@ -106,13 +112,22 @@ class CycleMetrics:
 
     def observe_cycle(self, report: Any, estimates: Any, *, now: float, interval: float,
                       snapshot: Any = None) -> None:
-        """Record one cycle: its phases, rows, rejections; the pressure samples in a minute's first cycle."""
-        if report is not None:
-            self._cycle(report, estimates)
-        if estimates is not None and _first_cycle_of_minute(now, interval):
+        """Record one cycle: its phases, rows, rejections; if it published, the queue waits since the
+        previous published cycle (the first: since ``now - interval``) and, first in its clock minute,
+        the pressure samples."""
+        if report is None:
+            return
+        self._cycle(report, estimates)
+        if not (report.ok and not report.superseded):
+            return
+        minute = int(now // 60)
+        if estimates is not None and minute != self._sampled_minute:
             self._pressure(estimates)
+            self._sampled_minute = minute
+        since = now - interval if self._window_end is None else self._window_end
         if snapshot is not None:
-            self._queue_wait(snapshot, now, interval)
+            self._queue_wait(snapshot, now, since)
+        self._window_end = max(since, now)  # a clock stepping back never opens the same window twice
 
     def _cycle(self, report: Any, estimates: Any) -> None:
         timings = getattr(estimates, "timings", {}) or {}
@@ -156,8 +171,8 @@ class CycleMetrics:
                 for value in cols[field][mine].tolist():  # bounded: HISTOGRAM_SAMPLE per minute
                     instrument.record(value, {"gentype": name})
 
-    def _queue_wait(self, snapshot: Any, now: float, interval: float) -> None:
-        """Record the first assignments of text requests among the dispatches new in this cycle.
+    def _queue_wait(self, snapshot: Any, now: float, since: float) -> None:
+        """Record the first assignments of text requests among the dispatches in ``(since, now]``.
 
         A load holds a returned dispatch only while its return is under
         ``history`` seconds old (the job prunes older ones), so the earliest
@@ -188,7 +203,7 @@ class CycleMetrics:
             at = d.dispatched_at[rows]
             seen = np.fromiter((i in self._assigned for i in ids[rows]), bool, len(rows))
             first = ~seen & (d.request_created[rows] > self._covered_since)
-            count = rows[first & (at > now - interval) & (at <= now)]
+            count = rows[first & (at > since) & (at <= now)]
             w = snapshot.workers
             wi = pd.Index(w.id).get_indexer(d.worker_id[count]) if len(count) else np.zeros(0, np.int64)
             text = (wi >= 0) & (w.gentype[np.maximum(wi, 0)] == TEXT) if len(w) else np.zeros(len(count), bool)
@@ -199,17 +214,6 @@ class CycleMetrics:
         # Not when a request row was left out for a bad value: it may be one of them.
         if not any(error.table == "requests" for error in snapshot.rejected):
             self._assigned &= set(ids.tolist()) | set(snapshot.requests.id.astype(str).tolist())
-
-
-def _first_cycle_of_minute(now: float, interval: float) -> bool:
-    """True for the first cycle in a clock minute: every job process decides alike, with no state.
-
-    Examples
-    --------
-    >>> _first_cycle_of_minute(120.0, 5.0), _first_cycle_of_minute(124.9, 5.0), _first_cycle_of_minute(125.0, 5.0)
-    (True, True, False)
-    """
-    return (now % 60.0) < max(interval, 1e-9)
 
 
 def setup_metrics(mode: str, *, port: int = 9464, export_seconds: float = 60.0) -> Any:
