@@ -153,3 +153,25 @@ def test_queue_waits_come_from_the_dispatches_since_the_previous_published_cycle
     for t in (T, T + gap):
         metrics.observe_cycle(_published(t), None, now=t, interval=5.0, snapshot=snap)
     assert _waits(reader) == expected
+
+
+def _age(reader: InMemoryMetricReader) -> list[float]:
+    data = reader.get_metrics_data()
+    return [p.value for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
+            for metric in sm.metrics if metric.name == "vecsched.cycle.age" for p in metric.data.data_points]
+
+
+def test_the_age_counts_from_the_jobs_start_until_a_cycle_publishes(reader) -> None:
+    """Absent until the first good cycle, the age never alerted on a job that never published."""
+    import time
+
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+    time.sleep(0.2)
+    metrics.observe_cycle(CycleReport(time.time(), error="OSError: database down"), None, now=time.time(),
+                          interval=5.0)
+    (age,) = _age(reader)
+    assert 0.2 <= age < 60
+    time.sleep(0.1)
+    (later,) = _age(reader)
+    assert later >= age + 0.1  # still growing: nothing published

@@ -13,7 +13,8 @@ Metrics:
 * ``vecsched.cycle.duration`` (s; ``phase``: load, estimate, stall, forecasts,
   publish, total), ``vecsched.cycle.rows`` (rows loaded),
   ``vecsched.cycle.rows_rejected`` (``reason``), ``vecsched.cycle.age`` (s since
-  the published cycle: alert on a stuck job);
+  the published cycle, and before any cycle published, since the job started:
+  alert on a stuck job, or one that never publishes);
 * ``horde.request.assignment_pressure.samples``: one per request waiting with
   nothing in flight, in the first published cycle of each clock minute (of
   this process: two job processes sample twice), by ``gentype``, ``evidence``,
@@ -92,15 +93,16 @@ class CycleMetrics:
         self.queue_wait = meter.create_histogram("horde.text.queue_wait_seconds", unit="s",
                                                  description="Text requests: creation to first assignment")
         self.published_at: float | None = None
+        self.started_at = time.time()  # the age until a cycle publishes: a job that never does still alerts
         meter.create_observable_gauge("vecsched.cycle.age", callbacks=[self._age], unit="s",
-                                      description="Seconds since the last published cycle")
+                                      description="Seconds since the last published cycle "
+                                                  "(before any: since the job started)")
 
     def _age(self, _options: Any) -> list[Any]:
         from opentelemetry.metrics import Observation
 
-        if self.published_at is None:
-            return []
-        return [Observation(max(time.time() - self.published_at, 0.0))]
+        since = self.started_at if self.published_at is None else self.published_at
+        return [Observation(max(time.time() - since, 0.0))]
 
     def observer(self, interval: float) -> Any:
         """``observe(report, snapshot, estimates)`` for :func:`~vecsched.service.job.run_cycle`."""
