@@ -1,0 +1,91 @@
+"""Defects of the status route a review found: each test failed before its fix."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+import vecsched
+from vecsched.service import sql as _sql
+from vecsched.service.http import StatusService, create_app
+from vecsched.service.job import run_cycle
+from vecsched.service.progress import DatabaseProgress
+from vecsched.service.sql import schema
+from vecsched.service.store.sql import SQLStore
+
+IDS = {key: f"00000000-0000-4000-8000-{k:012d}" for k, key in enumerate(
+    ("normal", "fallback", "inflight", "offline", "faulted", "done", "behind", "new", "gone"), start=1)}
+
+
+def _timed_get(client, path: str, limit: float) -> tuple[int | None, float]:
+    """(status code, seconds) of a GET, or (None, limit) when it has not answered within ``limit``."""
+    out: dict[str, int] = {}
+    start = time.monotonic()
+    thread = threading.Thread(target=lambda: out.update(code=client.get(path).status_code), daemon=True)
+    thread.start()
+    thread.join(limit)
+    return out.get("code"), time.monotonic() - start
+
+
+@pytest.fixture
+def pg_horde(pg_url, horde_document, tmp_path):
+    """The tests' horde in PostgreSQL, one cycle published to SQLite; ``new`` arrives after the cycle."""
+    engine = _sql.make_engine(pg_url)
+    snap = vecsched.load_snapshot(horde_document())
+    _sql.import_snapshot(engine, snap)
+    store = SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}")  # polls run on other threads
+    assert run_cycle(lambda now: snap, store, lambda: snap.now, interval=5.0).ok
+    newer = horde_document()
+    newer["workers"], newer["jobs"] = [], []
+    newer["requests"] = [dict(newer["requests"][0], id=IDS["new"], created="2026-11-29T12:00:01Z")]
+    _sql.import_snapshot(engine, vecsched.load_snapshot(newer), replace=False)
+    yield pg_url, engine, store, snap
+    engine.dispose()
+
+
+def test_a_poll_fails_within_the_lock_timeout_when_a_table_is_locked(pg_horde, monkeypatch) -> None:
+    """The route's engine once skipped make_engine's lock_timeout: a poll waited for as long as a
+    migration held waiting_prompts."""
+    url, engine, store, snap = pg_horde
+    monkeypatch.setattr(schema, "LOCK_TIMEOUT_SECONDS", 0.5)
+    progress = DatabaseProgress(url)
+    client = create_app(StatusService(store=store, progress=progress, clock=lambda: snap.now + 1)).test_client()
+    path = f"/v2/generate/text/status/{IDS['new']}"
+    assert client.get(path).status_code == 200
+    locker = sa.create_engine(url).connect()
+    tx = locker.begin()
+    try:
+        locker.exec_driver_sql("LOCK TABLE waiting_prompts IN ACCESS EXCLUSIVE MODE")
+        code, seconds = _timed_get(client, path, 8.0)
+        assert code == 500 and seconds < 5.0, (code, seconds)
+    finally:
+        tx.rollback()
+        locker.close()
+    assert client.get(path).status_code == 200
+    progress.close()
+
+
+def test_a_poll_fails_within_the_connect_timeout_when_the_server_is_silent(pg_horde, monkeypatch) -> None:
+    """A server that accepts TCP and never answers held the poll with no connect timeout."""
+    _, _, store, snap = pg_horde
+    monkeypatch.setattr(schema, "CONNECT_TIMEOUT_SECONDS", 2)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{silent.getsockname()[1]}/test"
+        progress = DatabaseProgress(url)
+        client = create_app(StatusService(store=store, progress=progress, clock=lambda: snap.now + 1)).test_client()
+        code, seconds = _timed_get(client, f"/v2/generate/text/status/{IDS['new']}", 8.0)
+        assert code == 500 and seconds < 7.0, (code, seconds)
+        progress.close()
+
+
+def test_the_route_reads_without_a_ping_per_poll(pg_url) -> None:
+    """make_engine pings every checkout; the route's one statement per poll needs no extra round trip."""
+    progress = DatabaseProgress(pg_url)
+    assert progress.engine.pool._pre_ping is False
+    progress.close()
