@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -89,3 +90,24 @@ def test_the_route_reads_without_a_ping_per_poll(pg_url) -> None:
     progress = DatabaseProgress(pg_url)
     assert progress.engine.pool._pre_ping is False
     progress.close()
+
+
+@pytest.mark.parametrize("kind", ["sql", "redis"])
+def test_an_id_holding_nul_is_unknown_on_postgresql(kind, pg_url, horde_document, request, caplog) -> None:
+    """PostgreSQL refuses NUL in text (psycopg DataError): such an id gave a 500 and an ERROR line per
+    poll; SQLite answered 404, and so does the horde (no UUID holds a NUL)."""
+    engine = _sql.make_engine(pg_url)
+    snap = vecsched.load_snapshot(horde_document())
+    _sql.import_snapshot(engine, snap)
+    store = request.getfixturevalue("redis_store") if kind == "redis" else SQLStore(engine)
+    assert run_cycle(lambda now: snap, store, lambda: snap.now, interval=5.0).ok
+    progress = DatabaseProgress(pg_url)
+    client = create_app(StatusService(store=store, progress=progress, clock=lambda: snap.now + 1)).test_client()
+    caplog.set_level(logging.WARNING)
+    for path in ("/v2/generate/text/status/abc%00def", "/v2/generate/check/%00", "/vecsched/v1/status/abc%00",
+                 f"/v2/generate/text/status/{IDS['normal']}%00", f"/vecsched/v1/status/{IDS['normal']}%00"):
+        got = client.get(path)
+        assert got.status_code == 404 and got.get_json()["rc"] == "RequestNotFound", path
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    progress.close()
+    engine.dispose()

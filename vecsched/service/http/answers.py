@@ -76,14 +76,20 @@ def not_found() -> Answer:
 
 
 def usable_id(request_id: str) -> bool:
-    """Whether an id is worth a lookup: not empty, not absurdly long, valid UTF-8.
+    """Whether an id is worth a lookup: not empty, not absurdly long, no NUL, valid UTF-8.
+
+    PostgreSQL text cannot hold a NUL (the query fails with a DataError), and
+    no horde id does (the horde answers 404 for an id that is not a UUID), so
+    such an id is unknown on every database alike.
 
     Examples
     --------
     >>> usable_id("0b4f2d5e-7e34-4d7c-9d0a-1f1f2a3b4c5d"), usable_id("x" * 5000), usable_id("\\udcff")
     (True, False, False)
+    >>> usable_id("abc\\x00def")
+    False
     """
-    if not request_id or len(request_id) > MAX_ID_LENGTH:
+    if not request_id or len(request_id) > MAX_ID_LENGTH or "\0" in request_id:
         return False
     try:
         request_id.encode("utf-8")
