@@ -175,3 +175,52 @@ def test_the_age_counts_from_the_jobs_start_until_a_cycle_publishes(reader) -> N
     time.sleep(0.1)
     (later,) = _age(reader)
     assert later >= age + 0.1  # still growing: nothing published
+
+
+def _durations(reader: InMemoryMetricReader) -> dict[str, tuple[int, float]]:
+    data = reader.get_metrics_data()
+    return {p.attributes["phase"]: (p.count, p.sum) for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics for metric in sm.metrics if metric.name == "vecsched.cycle.duration"
+            for p in metric.data.data_points}
+
+
+def test_a_failed_cycle_records_the_time_its_failing_stage_took(reader) -> None:
+    """A load that hung and raised was recorded as 0 s (load and total): the slow failures vanished."""
+    import time
+
+    from vecsched.service.job import run_cycle
+    from vecsched.service.store.sql import SQLStore
+
+    reader, meter = reader
+    metrics = CycleMetrics(meter)
+
+    def hang(now):
+        time.sleep(0.3)
+        raise TimeoutError("database silent")
+
+    report = run_cycle(hang, SQLStore("sqlite://"), time.time, interval=5.0, observe=metrics.observer(5.0))
+    assert not report.ok and report.load >= 0.3
+    durations = _durations(reader)
+    assert durations["load"][1] >= 0.3 and durations["total"][1] >= 0.3
+    assert "estimate" not in durations and "publish" not in durations  # never reached
+
+
+def test_a_cycle_failing_in_its_estimate_records_the_load_and_the_estimate_so_far(reader) -> None:
+    import time
+
+    from vecsched.service.job import run_cycle
+    from vecsched.service.store.sql import SQLStore
+
+    reader, meter = reader
+    snap = _snap(0, [])
+
+    def slow_failure(snapshot):
+        time.sleep(0.2)
+        raise MemoryError("too big")
+
+    report = run_cycle(lambda now: snap, SQLStore("sqlite://"), lambda: T, interval=5.0, estimate=slow_failure,
+                       observe=CycleMetrics(meter).observer(5.0))
+    assert not report.ok and report.estimate >= 0.2
+    durations = _durations(reader)
+    assert durations["estimate"][1] >= 0.2 and durations["total"][1] >= 0.2 + durations["load"][1] * 0.999
+    assert "publish" not in durations

@@ -232,8 +232,8 @@ def run_cycle(
     report = CycleReport(cycle_time=now)
     snapshot = estimates = None
     stage = "load"
+    began = t0 = time.perf_counter()  # the current stage's start: a failed stage's time is reported too
     try:
-        t0 = time.perf_counter()
         snapshot = load(now)
         t1 = time.perf_counter()
         report.load = t1 - t0
@@ -242,14 +242,14 @@ def run_cycle(
         report.rejected = list(snapshot.rejected)
         for error in report.rejected:
             log.debug("rejected %s", error)  # ids: DEBUG only
-        stage = "estimate"
+        stage, began = "estimate", t1
         estimates = estimate(snapshot)
         state = build_prospective_state(snapshot, estimates)
         ids, payloads = encode_payloads(estimates, now, snapshot.requests)
         ended_ids, ended_payloads = ended_requests(snapshot)
         t2 = time.perf_counter()
         report.estimate = t2 - t1
-        stage = "publish"
+        stage, began = "publish", t2
         cycle = Cycle(now, float(interval), ids + ended_ids, payloads + ended_payloads,
                       _jsonable(estimates.horde), state)
         switched = store.publish(cycle)
@@ -261,6 +261,7 @@ def run_cycle(
         if forecasts is not None:
             _observe_forecasts(forecasts, snapshot, estimates, now)
     except Exception as exc:  # noqa: BLE001 - a cycle must never take the job down
+        setattr(report, stage, time.perf_counter() - began)  # the failed stage's time, up to the failure
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
     (log.info if report.ok else log.warning)(report.line())

@@ -137,7 +137,8 @@ class CycleMetrics:
                   "stall": timings.get("stall"), "forecasts": timings.get("forecasts")}
         phases["total"] = report.load + report.estimate + report.publish
         for phase, seconds in phases.items():
-            if seconds is not None:
+            # A failed cycle's stages after the one that failed never ran: 0.0, not a time to record.
+            if seconds is not None and (report.ok or seconds > 0.0 or phase == "total"):
                 self.duration.record(float(seconds), {"phase": phase})
         self.rows.set(int(report.workers + report.requests + report.jobs))
         reasons: dict[str, int] = {}
