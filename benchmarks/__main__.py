@@ -205,6 +205,7 @@ def run_service(workers: int, requests: int, log=print, timeout_s: float = 600.0
     document = json.loads(done.stdout)
     result = document["tree"]
     result["history"] = document.get("history", False)
+    result["stall_refresh"] = document.get("stall_refresh")
     result["median_load_s"] = result["load_s"]
     result["median_estimate_s"] = sum(result[f"{k}_s"] for k in ("spec_3_6", "stall", "forecasts", "job"))
     result["median_publish_s"] = result["publish_s"]

@@ -393,6 +393,9 @@ def tables(results: dict[str, Any]) -> str:
     svc = results.get("service")
     if svc:
         history = "with five minutes of dispatch and return history" if svc.get("history") else "no history"
+        refresh = svc.get("stall_refresh")
+        if refresh:  # the job's cadence: each cycle 5 s on, a request's might_stall sums once per refresh of its age
+            history += f", cycles 5 s apart with `--stall-refresh {refresh:g}`"
         lines += ["", f"### The job on PostgreSQL + Redis (2,000 x 50,000, {history}, `benchmarks/service.py`)", ""]
         if "error" in svc:
             lines.append(f"Not measured: {svc['error']}")
