@@ -224,3 +224,35 @@ def test_a_cycle_failing_in_its_estimate_records_the_load_and_the_estimate_so_fa
     durations = _durations(reader)
     assert durations["estimate"][1] >= 0.2 and durations["total"][1] >= 0.2 + durations["load"][1] * 0.999
     assert "publish" not in durations
+
+
+def test_every_histogram_has_buckets_fit_to_what_it_measures(reader, queue) -> None:
+    """The SDK's default boundaries (0, 5, 10, 25 ... 10000) put every cycle's duration in one bucket."""
+    from vecsched.service import metrics as m
+
+    reader, meter = reader
+    snap, est, _ = queue
+    metrics = CycleMetrics(meter)
+    for seconds in (0.007, 0.03, 0.3, 3.0, 45.0):
+        metrics.duration.record(seconds, {"phase": "load"})
+    report = CycleReport(snap.now, ok=True, load=0.03, estimate=0.3, publish=3.0)  # load: a filled bucket
+    metrics.observe_cycle(report, est, now=snap.now, interval=5.0)
+    for wait in (3.0, 40.0, 400.0, 1100.0):
+        metrics.queue_wait.record(wait)
+    bounds, filled = {}, {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                for p in metric.data.data_points:
+                    if hasattr(p, "explicit_bounds"):
+                        bounds[metric.name] = tuple(p.explicit_bounds)
+                        if p.attributes.get("phase", "load") == "load":
+                            filled[metric.name] = sum(1 for c in p.bucket_counts if c)
+    assert bounds["vecsched.cycle.duration"] == m.DURATION_BUCKETS
+    assert bounds["horde.text.queue_wait_seconds"] == m.QUEUE_WAIT_BUCKETS
+    for field, (name, _unit, buckets) in m.PRESSURE_HISTOGRAMS.items():
+        assert bounds[name] == buckets, field
+    assert filled["vecsched.cycle.duration"] == 5 and filled["horde.text.queue_wait_seconds"] == 4
+    assert m.DURATION_BUCKETS[0] <= 0.005 and m.DURATION_BUCKETS[-1] >= 60
+    assert m.QUEUE_WAIT_BUCKETS[-1] >= 1200 and m.WORK_BUCKETS[-1] >= 1e7 and m.COUNT_BUCKETS[-1] >= 1000

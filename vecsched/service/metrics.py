@@ -43,13 +43,24 @@ log = logging.getLogger("vecsched.metrics")
 ATTRIBUTE_KEYS = frozenset({"gentype", "evidence", "might_stall", "phase", "reason"})
 PHASES = ("load", "estimate", "stall", "forecasts", "publish", "total")
 HISTOGRAM_SAMPLE = 2000
+# Bucket boundaries (upper bounds, the SDK's explicit-bucket advisory): the SDK's default ones
+# (0, 5, 10, 25 ... 10000) put every cycle's duration in one bucket.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
+"""Seconds of a cycle's phase: a few ms (publish of a small queue) to a minute (a silent database)."""
+COUNT_BUCKETS = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0)
+"""Dispatches or returns behind might_stall in its 300 s window: 0 (a bucket of its own) to thousands."""
+WORK_BUCKETS = (0.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7)
+"""Normalized work arriving or returned in the window: up to 1e7."""
+QUEUE_WAIT_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1200.0,
+                      1800.0, 3600.0)
+"""Seconds from creation to first assignment: immediate to past a text request's 20 minutes."""
 PRESSURE_HISTOGRAMS = {
-    "dispatch_opportunities": ("horde.request.dispatch_opportunities", "{dispatch}"),
-    "lost_opportunities": ("horde.request.lost_opportunities", "{dispatch}"),
-    "returned_capacity": ("horde.request.returned_capacity", "{return}"),
-    "active_preceding_dispatches": ("horde.request.active_preceding_dispatches", "{dispatch}"),
-    "arriving_work": ("horde.request.arriving_work", "{work}"),
-    "returned_work": ("horde.request.returned_work", "{work}"),
+    "dispatch_opportunities": ("horde.request.dispatch_opportunities", "{dispatch}", COUNT_BUCKETS),
+    "lost_opportunities": ("horde.request.lost_opportunities", "{dispatch}", COUNT_BUCKETS),
+    "returned_capacity": ("horde.request.returned_capacity", "{return}", COUNT_BUCKETS),
+    "active_preceding_dispatches": ("horde.request.active_preceding_dispatches", "{dispatch}", COUNT_BUCKETS),
+    "arriving_work": ("horde.request.arriving_work", "{work}", WORK_BUCKETS),
+    "returned_work": ("horde.request.returned_work", "{work}", WORK_BUCKETS),
 }
 MODES = ("none", "console", "prometheus")
 
@@ -79,7 +90,8 @@ class CycleMetrics:
 
             meter = metrics.get_meter("vecsched")
         self.duration = meter.create_histogram("vecsched.cycle.duration", unit="s",
-                                               description="Seconds per phase of a job cycle")
+                                               description="Seconds per phase of a job cycle",
+                                               explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
         self.rows = meter.create_gauge("vecsched.cycle.rows", unit="{row}", description="Rows the cycle loaded")
         self.rejected = meter.create_counter("vecsched.cycle.rows_rejected", unit="{row}",
                                              description="Rows left out for a bad value, by table.field")
@@ -87,11 +99,13 @@ class CycleMetrics:
             "horde.request.assignment_pressure.samples", unit="{request}",
             description="Waiting requests with nothing in flight, sampled once per clock minute")
         self.pressure = {
-            field: meter.create_histogram(name, unit=unit, description=f"might_stall's {field} per sampled request")
-            for field, (name, unit) in PRESSURE_HISTOGRAMS.items()
+            field: meter.create_histogram(name, unit=unit, description=f"might_stall's {field} per sampled request",
+                                          explicit_bucket_boundaries_advisory=buckets)
+            for field, (name, unit, buckets) in PRESSURE_HISTOGRAMS.items()
         }
         self.queue_wait = meter.create_histogram("horde.text.queue_wait_seconds", unit="s",
-                                                 description="Text requests: creation to first assignment")
+                                                 description="Text requests: creation to first assignment",
+                                                 explicit_bucket_boundaries_advisory=QUEUE_WAIT_BUCKETS)
         self.published_at: float | None = None
         self.started_at = time.time()  # the age until a cycle publishes: a job that never does still alerts
         meter.create_observable_gauge("vecsched.cycle.age", callbacks=[self._age], unit="s",
