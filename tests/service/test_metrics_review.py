@@ -256,3 +256,36 @@ def test_every_histogram_has_buckets_fit_to_what_it_measures(reader, queue) -> N
     assert filled["vecsched.cycle.duration"] == 5 and filled["horde.text.queue_wait_seconds"] == 4
     assert m.DURATION_BUCKETS[0] <= 0.005 and m.DURATION_BUCKETS[-1] >= 60
     assert m.QUEUE_WAIT_BUCKETS[-1] >= 1200 and m.WORK_BUCKETS[-1] >= 1e7 and m.COUNT_BUCKETS[-1] >= 1000
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1", "http"])
+def test_a_metrics_port_outside_1_to_65535_is_a_usage_error(port, capsys) -> None:
+    """70000 was taken and failed at run time with an OverflowError."""
+    from vecsched.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit:
+        build_parser().parse_args(["run", "--metrics", "prometheus", "--metrics-port", port])
+    assert exit.value.code == 2
+    assert "--metrics-port" in capsys.readouterr().err
+
+
+def test_a_metrics_port_in_use_is_named_with_its_option_and_no_traceback(tmp_path) -> None:
+    """It printed 'vecsched: Address already in use', naming neither the port nor the option."""
+    import socket
+    import subprocess
+    import sys
+
+    pytest.importorskip("opentelemetry.exporter.prometheus")
+    held = socket.socket()
+    held.bind(("0.0.0.0", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    try:
+        out = subprocess.run([sys.executable, "-m", "vecsched", "run", "--once", "--metrics", "prometheus",
+                              "--metrics-port", str(port), "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"],
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        held.close()
+    assert out.returncode != 0
+    assert f"--metrics-port {port}" in out.stderr and "in use" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr

@@ -109,7 +109,10 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                         "every cycle; 0: every request's sums every cycle (default: 60.0)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
-    p.add_argument("--metrics-port", type=int, default=9464, help="Prometheus scrape port (default 9464)")
+    from vecsched.service.metrics import metrics_port
+
+    p.add_argument("--metrics-port", type=metrics_port, default=9464,
+                   help="Prometheus scrape port, 1..65535 (default 9464)")
     common(p)
     p.set_defaults(func=_run)
 

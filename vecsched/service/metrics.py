@@ -233,6 +233,31 @@ class CycleMetrics:
             self._assigned &= set(ids.tolist()) | set(snapshot.requests.id.astype(str).tolist())
 
 
+def metrics_port(text: str) -> int:
+    """The argparse type of ``--metrics-port``: a TCP port 1..65535.
+
+    0 is refused: the server would bind a port of the system's choosing that no scraper knows.
+
+    Examples
+    --------
+    >>> metrics_port("9464")
+    9464
+    >>> metrics_port("70000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '70000' is not a port number 1..65535
+    """
+    import argparse
+
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number 1..65535")
+    return port
+
+
 def setup_metrics(mode: str, *, port: int = 9464, export_seconds: float = 60.0) -> Any:
     """Install the OpenTelemetry SDK for ``mode``; returns the meter provider (None for ``none``).
 
@@ -263,7 +288,19 @@ def setup_metrics(mode: str, *, port: int = 9464, export_seconds: float = 60.0) 
             from prometheus_client import start_http_server
         except ImportError:
             raise ValueError("--metrics prometheus needs the extra: pip install 'vecsched[prometheus]'") from None
-        start_http_server(port)
+        import errno
+
+        from vecsched.errors import UserError
+
+        if not 1 <= int(port) <= 65535:
+            raise ValueError(f"--metrics-port {port}: not a port number 1..65535")
+        try:
+            start_http_server(port)
+        except OSError as exc:
+            why = ("the port is in use (another job's endpoint?)" if exc.errno == errno.EADDRINUSE
+                   else exc.strerror or str(exc))
+            raise UserError(f"--metrics-port {port}: cannot serve the Prometheus endpoint: {why}; "
+                            "choose another port with --metrics-port") from None
         reader = PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     metrics.set_meter_provider(provider)
