@@ -157,7 +157,8 @@ def test_by_default_the_database_answers_what_the_cycle_lacks(published_horde, c
 def test_faulted_and_done(http_service) -> None:
     client = create_app(http_service).test_client()
     _, faulted, _ = _get(client, f"/v2/generate/text/status/{IDS['faulted']}")
-    assert faulted["faulted"] is True and faulted["done"] is False and faulted["is_possible"] is False
+    # done, as the horde's is_completed() says of a faulted request (a client stops polling on it)
+    assert faulted["faulted"] is True and faulted["done"] is True and faulted["is_possible"] is False
     assert faulted["wait_time"] == 0 and faulted["queue_position"] == 0 and faulted["kudos"] == 4.0
     _, done, _ = _get(client, f"/v2/generate/text/status/{IDS['done']}")
     assert done["done"] is True and done["finished"] == 1 and done["waiting"] == 0

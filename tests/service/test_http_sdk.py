@@ -113,3 +113,24 @@ def test_the_sdk_client_polls_through_the_service(live_server) -> None:
     missing = sdk.TextGenerateStatusRequest(id="00000000-0000-4000-8000-0000000000ff")
     got = client.submit_request(missing, missing.get_default_success_response_type())
     assert isinstance(got, RequestErrorResponse) and got.rc == "RequestNotFound"
+
+
+@pytest.mark.parametrize("mode", ["cycle", "live"])
+def test_a_faulted_request_is_complete_for_the_sdk(mode, published_horde, http_service, cycle_service) -> None:
+    """The horde's is_completed() is true first thing for a faulted request, and the SDK's check stops
+    polling on ``done``: a faulted request once answered done false, so a client polled it to its timeout."""
+    import sqlalchemy as sa
+
+    from vecsched.service.sql.schema import waiting_prompts
+
+    with published_horde.engine.begin() as conn:  # the image request faults after the cycle
+        conn.execute(sa.update(waiting_prompts).where(waiting_prompts.c.id == IDS["offline"]).values(faulted=True))
+    service = http_service if mode == "live" else cycle_service
+    client = create_app(service).test_client()
+    text = sdk.TextGenerateStatusResponse.model_validate(
+        client.get(f"/v2/generate/text/status/{IDS['faulted']}").get_json())
+    assert text.faulted is True and text.done is True and text.is_possible is False
+    if mode == "live":  # by default the cycle still holds the image request as waiting (its progress as of then)
+        check = sdk.ImageGenerateCheckResponse.model_validate(
+            client.get(f"/v2/generate/check/{IDS['offline']}").get_json())
+        assert check.faulted is True and check.is_job_complete(1) is True

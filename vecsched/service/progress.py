@@ -45,6 +45,10 @@ class RequestProgress:
     ...                     processing=0, finished=2, restarted=1, work=200.0)
     >>> p.waiting, p.done
     (0, True)
+    >>> from dataclasses import replace
+    >>> faulted = replace(p, n=1, faulted=True)
+    >>> faulted.done, faulted.finished_ok
+    (True, False)
     """
 
     gentype: str
@@ -66,6 +70,17 @@ class RequestProgress:
 
     @property
     def done(self) -> bool:
+        """The horde's ``done``: faulted, or :attr:`finished`.
+
+        The horde's ``WaitingPrompt.is_completed()`` is true first thing for a
+        faulted request, and a client's poll stops on ``done`` (horde-sdk's
+        ``is_job_complete`` of the check answer returns it): a faulted request
+        that said false was polled until the client gave up.
+        """
+        return self.faulted or self.finished_ok
+
+    @property
+    def finished_ok(self) -> bool:
         """Not faulted, and inactive (the horde's word for finished, as the job publishes it) or
         every job finished (nothing left to hand out, nothing in flight)."""
         finished = self.n == 0 and self.processing == 0 and self.finished >= self.jobs

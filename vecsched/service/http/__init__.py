@@ -164,7 +164,9 @@ class StatusService:
         if row is not None:
             progress = {
                 "waiting": row.waiting, "processing": row.processing, "finished": row.finished,
-                "restarted": row.restarted, "faulted": row.faulted, "done": row.done,
+                # vecsched.status's done is finished alone (faulted is its own flag), as for a request
+                # the cycle saw end; the horde paths say done for a faulted one too, as the horde does.
+                "restarted": row.restarted, "faulted": row.faulted, "done": row.finished_ok,
             }
         body = status(request_id, store=self.store, progress=progress, max_age=self.max_age, now=self.clock(),
                       publish=self.publish)
