@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+import urllib.parse
 
 import pytest
 import sqlalchemy as sa
@@ -16,6 +17,7 @@ from vecsched.service.http import StatusService, create_app
 from vecsched.service.job import run_cycle
 from vecsched.service.progress import DatabaseProgress
 from vecsched.service.sql import schema
+from vecsched.service.store.base import Cycle
 from vecsched.service.store.sql import SQLStore
 
 IDS = {key: f"00000000-0000-4000-8000-{k:012d}" for k, key in enumerate(
@@ -111,3 +113,35 @@ def test_an_id_holding_nul_is_unknown_on_postgresql(kind, pg_url, horde_document
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     progress.close()
     engine.dispose()
+
+
+def _forged_ids(store) -> list[tuple[str, str]]:
+    """(forged id, the id whose entry it reaches) for adjacent entries of the packed index:
+    ``ID1 \\t ROW1 \\n ID2`` spans two entries, ``"\\nID1\\tROW1\\nID2\\t"``."""
+    raw = store.client.get(f"{store.prefix}:c:{store.read_current().cycle_id}:s")
+    head = raw[:64].split()
+    at_index, at_rows = int(head[5]), int(head[6])
+    entries = [e.split("\t") for e in raw[at_index:at_rows].decode().split("\n")[1:]]
+    return [(f"{a}\t{row}\n{b}", b) for (a, row), (b, _) in zip(entries, entries[1:])]
+
+
+def test_a_forged_id_never_reads_another_requests_packed_row(redis_store) -> None:
+    """The packed index was searched for ``"\\n" .. id .. "\\t"``, which an id holding a tab and a newline
+    matches across two entries: a forged id read another request's figures (200). No packed cycle holds
+    such an id (pack_status publishes those cycles a field per request), so it is never searched there."""
+    ids = [f"r{k}" for k in range(40)]
+    payloads = [f"[1,100.0,0,{k},6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]" for k in range(40)]
+    assert redis_store.publish(Cycle(100.0, 5.0, ids, payloads))
+    forged = _forged_ids(redis_store)
+    assert forged
+    client = create_app(StatusService(store=redis_store, clock=lambda: 101.0)).test_client()
+    for rid, target in forged:
+        assert redis_store.read_status(rid).value is None, (rid, target)
+        got = client.get("/v2/generate/text/status/" + urllib.parse.quote(rid, safe=""))
+        assert got.status_code == 404, (rid, got.get_json())
+        assert redis_store.read_status(target).value is not None
+    # an id that does hold a tab is published a field per request, and found
+    assert redis_store.publish(Cycle(110.0, 5.0, ["a\tb", "r1"], payloads[:2]))
+    assert redis_store.read_status("a\tb").value == payloads[0]
+    got = client.get("/v2/generate/text/status/" + urllib.parse.quote("a\tb", safe=""))
+    assert got.status_code == 200

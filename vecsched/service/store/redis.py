@@ -64,12 +64,17 @@ local id = ARGV[2]
 local head = redis.pcall('GETRANGE', h, 0, HEADER - 1)
 if head == '' then return {cur, false} end
 if type(head) == 'table' and not string.find(head['err'] or '', 'WRONGTYPE', 1, true) then return head end
+-- The packed and bucketed layouts search "\\n" .. id .. "\\t", which an id holding a separator would match
+-- across two entries (another request's row); no such id is ever in them (a cycle with one is published
+-- a field per request, read by the HGET below), so it is not searched for there.
+local separated = string.find(id, '\\n', 1, true) or string.find(id, '\\t', 1, true) or string.find(id, '\\0', 1, true)
 local x = 0
 for at = 1, #id, 64 do  -- string.byte returns the bytes at once, a bounded slice at a time
   local bytes = {string.byte(id, at, at + 63)}
   for i = 1, #bytes do x = (x * 31 + bytes[i]) % MODULUS end
 end
 if type(head) == 'string' then
+  if separated then return {cur, false} end
   -- packed (vecsched.service.store.packed): header, the bucket's two offsets, its entries, the row
   local b, od, rd, w, at_index, at_rows = string.match(head, '^%S+ (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)')
   if not b then return redis.error_reply('not a packed status: ' .. h) end
@@ -87,6 +92,7 @@ if type(head) == 'string' then
 end
 local buckets = tonumber(redis.call('HGET', h, '#') or '0') or 0
 if buckets == 0 then return {cur, redis.call('HGET', h, id)} end
+if separated then return {cur, false} end
 -- many requests per field (vecsched.service.store.buckets): find this one's
 local blob = redis.call('HGET', h, tostring(x % buckets))
 if not blob then return {cur, false} end
