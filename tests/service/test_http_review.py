@@ -145,3 +145,17 @@ def test_a_forged_id_never_reads_another_requests_packed_row(redis_store) -> Non
     assert redis_store.read_status("a\tb").value == payloads[0]
     got = client.get("/v2/generate/text/status/" + urllib.parse.quote("a\tb", safe=""))
     assert got.status_code == 200
+
+
+def test_the_own_path_reports_a_request_faulted_since_the_cycle_as_not_waiting(published_horde, cycle_service) -> None:
+    """The database faulted the request after the cycle: vecsched's path kept the cycle's position, wait and
+    is_possible true beside faulted true, where docs/http.md says faulted is position 0, wait 0, not possible."""
+    from vecsched.service.sql.schema import waiting_prompts
+
+    with published_horde.engine.begin() as conn:
+        conn.execute(sa.update(waiting_prompts).where(waiting_prompts.c.id == IDS["behind"]).values(faulted=True))
+    got = create_app(cycle_service).test_client().get(f"/vecsched/v1/status/{IDS['behind']}")
+    body = got.get_json()
+    assert got.status_code == 200 and body["faulted"] is True and body["done"] is False
+    assert (body["queue_position"], body["wait_time"], body["is_possible"]) == (0, 0, False), body
+    assert "ahead_wait" not in body and "might_stall" not in body

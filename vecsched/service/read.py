@@ -189,15 +189,15 @@ def _merge_progress(out: dict[str, Any], progress: Mapping[str, Any]) -> None:
         # the eligible counts say; and might_stall holds only while nothing is processing.
         out["is_possible"] = True
         out.pop("might_stall", None)
-    if out.get("done"):
+    if out.get("done") or out.get("faulted"):
+        # Nothing of it waits any more (the horde paths say the same): no position, no wait, and
+        # none of the cycle's waiting figures; a faulted request will never run, whatever is in flight.
         out["queue_position"] = 0
         out["wait_time"] = 0
         for name in ("ahead_wait", "might_stall", "unknown", "adr_wait_time", "forecast"):
             out.pop(name, None)
-    elif out.get("faulted") and "adr_wait_time" in out:
-        # A faulted request will not run as forecast: the horde's own figure stands, as on the horde paths.
-        out["wait_time"] = out.pop("adr_wait_time")
-        out.pop("forecast", None)
+        if out.get("faulted"):
+            out["is_possible"] = False
 
 
 PUBLISHED_PHASES = ("start_p50", "start_p90", "completion_p50", "completion_p90")
