@@ -159,3 +159,20 @@ def test_the_own_path_reports_a_request_faulted_since_the_cycle_as_not_waiting(p
     assert got.status_code == 200 and body["faulted"] is True and body["done"] is False
     assert (body["queue_position"], body["wait_time"], body["is_possible"]) == (0, 0, False), body
     assert "ahead_wait" not in body and "might_stall" not in body
+
+
+def test_a_request_newer_than_the_cycle_has_no_made_up_is_possible(published_horde, horde_document, cycle_service) -> None:
+    """Its eligibility is not known before the next cycle (SPEC section 9: omit what the route does not have):
+    ``threads > 0`` horde-wide once said possible for an image request 768 px wide that no worker had the
+    pixels for, and the next cycle said impossible. With a job in flight it is possible (SPEC section 4)."""
+    from vecsched.service.sql.schema import processing_gens
+
+    client = create_app(cycle_service).test_client()
+    got = client.get(f"/v2/generate/text/status/{IDS['new']}")
+    body = got.get_json()
+    assert got.status_code == 200 and "is_possible" not in body and "eligible_workers" not in body
+    assert body["queue_position"] > 0 and body["done"] is False
+    with published_horde.engine.begin() as conn:
+        conn.execute(sa.insert(processing_gens).values(id="jn", wp_id=IDS["new"], worker_id="w1", state="processing"))
+    body = client.get(f"/v2/generate/text/status/{IDS['new']}").get_json()
+    assert body["processing"] == 1 and body["is_possible"] is True

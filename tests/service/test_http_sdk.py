@@ -63,7 +63,8 @@ def test_every_200_answer_parses_strictly(key, mode, http_service, cycle_service
         assert got.status_code == 200, (key, path)
         parsed = model.model_validate(got.get_json())
         assert parsed.kudos == got.get_json()["kudos"]
-        assert parsed.is_possible is got.get_json()["is_possible"]
+        # left out where not known (newer than the cycle): the SDK's default, True, stands
+        assert parsed.is_possible is got.get_json().get("is_possible", True)
     if key == "faulted":
         assert parsed.faulted is True
     if key == "done":

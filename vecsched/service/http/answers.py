@@ -12,7 +12,8 @@ Where vecsched has no figure, the horde's own defaults stand in:
 ``wait_time`` 0 with ``is_possible`` false when no worker is online,
 ``might_stall`` false when the cycle carries no stall verdict, ``kudos`` 0 when
 the database no longer holds the request, ``generations`` ``[]`` (the horde
-merges its own).
+merges its own). ``is_possible``, optional in those shapes, is left out for a
+request newer than the cycle while nothing of it is in flight (not known yet).
 """
 
 from __future__ import annotations
@@ -241,7 +242,11 @@ def _newer_than_cycle(row: RequestProgress, totals: Mapping[str, Any]) -> dict[s
     """A waiting request the cycle does not hold yet: the horde-wide figures (SPEC section 6).
 
     It is the newest request, so every queued request of its gentype is ahead
-    of it; its eligibility is not known until the next cycle.
+    of it; its eligibility is not known until the next cycle, so ``is_possible``
+    is left out (SPEC section 9: omit, never invent; horde-sdk's field is
+    optional) unless a job of it is in flight. Online threads of the gentype
+    say nothing of its models, size or gates, and the cycle's prospective state
+    would need the request's models and worker lists, more tables per poll.
     """
     body = _progress_fields(None, row)
     ahead_requests = int(totals.get("queued_requests") or 0)
@@ -258,10 +263,7 @@ def _newer_than_cycle(row: RequestProgress, totals: Mapping[str, Any]) -> dict[s
                             np.array([row.n]), np.array([threads]), np.array([float(speed) * threads]),
                             np.zeros(1))
         wait = int(round(float(seconds[0])))
-    body.update(
-        queue_position=ahead_requests,
-        wait_time=wait,
-        is_possible=threads > 0 or row.processing > 0,
-        might_stall=False,
-    )
+    body.update(queue_position=ahead_requests, wait_time=wait, might_stall=False)
+    if row.processing > 0:
+        body["is_possible"] = True  # SPEC section 4: a job in flight makes it possible
     return body
