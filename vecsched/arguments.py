@@ -61,17 +61,21 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _number(text: str, kind: type, *, minimum: float, strict: bool, maximum: float = math.inf,
+            what: str) -> Any:
+    """``text`` as ``kind`` within the bounds, or the ArgumentTypeError that says what it must be."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = math.nan
+    fits = math.isfinite(value) and (value > minimum if strict else value >= minimum) and value <= maximum
+    if not fits:
+        raise argparse.ArgumentTypeError(f"{text} is not {what}")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An argparse type: an integer >= 0.
-
-    Parameters
-    ----------
-    text : str
-        The argument as typed.
-
-    Returns
-    -------
-    int
 
     Examples
     --------
@@ -82,26 +86,11 @@ def non_negative_int(text: str) -> int:
     ...
     argparse.ArgumentTypeError: -1 is not an integer >= 0
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not an integer >= 0")
-    return value
+    return _number(text, int, minimum=0, strict=False, what="an integer >= 0")
 
 
 def positive_float(text: str) -> float:
     """An argparse type: a finite number > 0.
-
-    Parameters
-    ----------
-    text : str
-        The argument as typed.
-
-    Returns
-    -------
-    float
 
     Examples
     --------
@@ -112,13 +101,7 @@ def positive_float(text: str) -> float:
     ...
     argparse.ArgumentTypeError: 0 is not a number > 0
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} is not a number > 0")
-    return value
+    return _number(text, float, minimum=0.0, strict=True, what="a number > 0")
 
 
 def non_negative_float(text: str) -> float:
@@ -133,10 +116,21 @@ def non_negative_float(text: str) -> float:
     ...
     argparse.ArgumentTypeError: -1 is not a number >= 0
     """
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text} is not a number >= 0")
-    return value
+    return _number(text, float, minimum=0.0, strict=False, what="a number >= 0")
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port 1..65535.
+
+    0 is refused: a server would bind a port of the system's choosing that no client knows.
+
+    Examples
+    --------
+    >>> port_number("9464")
+    9464
+    >>> port_number("70000")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 70000 is not a port number 1..65535
+    """
+    return _number(text, int, minimum=1, strict=False, maximum=65535, what="a port number 1..65535")

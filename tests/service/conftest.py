@@ -130,3 +130,15 @@ def cycle_service(published_horde):
 
     return StatusService(store=published_horde.store, progress=CountingProgress(published_horde.engine),
                          clock=lambda: published_horde.now + 1.0)
+
+
+@pytest.fixture
+def reader():
+    """An in-memory OpenTelemetry reader and a meter of its own provider (the SDK's, never a mock)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    in_memory = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[in_memory])
+    yield in_memory, provider.get_meter("vecsched")
+    provider.shutdown()

@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import vecsched
@@ -27,14 +26,6 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list]:
             for metric in sm.metrics:
                 out.setdefault(metric.name, []).extend(metric.data.data_points)
     return out
-
-
-@pytest.fixture
-def reader():
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    yield reader, provider.get_meter("vecsched")
-    provider.shutdown()
 
 
 def test_a_cycle_reports_its_phases_rows_rejections_pressure_and_waits(reader, tmp_path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import vecsched
@@ -48,14 +47,6 @@ def _waits(reader: InMemoryMetricReader) -> list[tuple[int, float]]:
                 if metric.name == "horde.text.queue_wait_seconds":
                     out += [(p.count, p.sum) for p in metric.data.data_points]
     return out
-
-
-@pytest.fixture
-def reader():
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    yield reader, provider.get_meter("vecsched")
-    provider.shutdown()
 
 
 def _cycle(metrics: CycleMetrics, before_t: float, dispatches: list[dict]) -> None:

@@ -74,7 +74,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import non_negative_float, non_negative_int, positive_float
+    from vecsched.arguments import non_negative_float, non_negative_int, port_number, positive_float
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -109,9 +109,8 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                         "every cycle; 0: every request's sums every cycle (default: 60.0)")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
                    help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
-    from vecsched.service.metrics import metrics_port
 
-    p.add_argument("--metrics-port", type=metrics_port, default=9464,
+    p.add_argument("--metrics-port", type=port_number, default=9464,
                    help="Prometheus scrape port, 1..65535 (default 9464)")
     common(p)
     p.set_defaults(func=_run)

@@ -233,31 +233,6 @@ class CycleMetrics:
             self._assigned &= set(ids.tolist()) | set(snapshot.requests.id.astype(str).tolist())
 
 
-def metrics_port(text: str) -> int:
-    """The argparse type of ``--metrics-port``: a TCP port 1..65535.
-
-    0 is refused: the server would bind a port of the system's choosing that no scraper knows.
-
-    Examples
-    --------
-    >>> metrics_port("9464")
-    9464
-    >>> metrics_port("70000")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: '70000' is not a port number 1..65535
-    """
-    import argparse
-
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number 1..65535")
-    return port
-
-
 def setup_metrics(mode: str, *, port: int = 9464, export_seconds: float = 60.0) -> Any:
     """Install the OpenTelemetry SDK for ``mode``; returns the meter provider (None for ``none``).
 
