@@ -176,3 +176,40 @@ def test_a_request_newer_than_the_cycle_has_no_made_up_is_possible(published_hor
         conn.execute(sa.insert(processing_gens).values(id="jn", wp_id=IDS["new"], worker_id="w1", state="processing"))
     body = client.get(f"/v2/generate/text/status/{IDS['new']}").get_json()
     assert body["processing"] == 1 and body["is_possible"] is True
+
+
+@pytest.fixture(params=["refused", "silent"])
+def unreachable_redis(request):
+    """A RedisStore whose server refuses connections, or accepts them and never answers."""
+    import redis
+
+    from vecsched.service.store.redis import RedisStore
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        if request.param == "silent":
+            listener.listen(16)
+        else:
+            listener.close()
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        client = redis.Redis(host="127.0.0.1", port=port, password="hunter2pw", socket_timeout=0.5,
+                             socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        yield RedisStore(client, prefix="vs-test-down")
+        client.close()
+
+
+def test_an_unreachable_redis_answers_503_with_retry_after(unreachable_redis, caplog) -> None:
+    """Redis down or silent once gave every route, health included, a 500 InternalServerError:
+    a load balancer and a client should hear 'unavailable, retry', as for a stale cycle."""
+    client = create_app(StatusService(store=unreachable_redis, clock=lambda: 101.0)).test_client()
+    caplog.set_level(logging.DEBUG)
+    for method, path in [("get", f"/v2/generate/text/status/{IDS['normal']}"), ("get", f"/vecsched/v1/status/{IDS['normal']}"),
+                         ("get", "/vecsched/v1/health"), ("post", "/vecsched/v1/prospective")]:
+        got = getattr(client, method)(path, json={"gentype": "text"} if method == "post" else None)
+        assert got.status_code == 503 and got.headers["Retry-After"] == "5", (path, got.status_code)
+        assert got.get_json()["rc"] == "StoreUnavailable"
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+    assert "hunter2pw" not in caplog.text and IDS["normal"] not in caplog.text

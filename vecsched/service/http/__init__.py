@@ -38,6 +38,7 @@ from vecsched.service.http.answers import (
     is_stale,
     not_found,
     stale_answer,
+    unavailable_answer,
     usable_id,
 )
 from vecsched.service.progress import DatabaseProgress, RequestProgress
@@ -284,9 +285,26 @@ def _on_error(exc: Exception) -> Response:
 
 
 def _failed(exc: Exception) -> Answer:
-    """The 500 answer, logged by exception type only: the id is never logged."""
+    """The failure answer, logged by exception type only: the id is never logged.
+
+    Redis refusing or not answering is an outage, not a fault of the service:
+    503 with ``Retry-After``, as for a stale cycle, which load balancers and
+    clients take as "retry later"; anything else is a 500.
+    """
+    if _unreachable(exc):
+        log.warning("status route: the publication store is unreachable: %s", type(exc).__name__)
+        return unavailable_answer()
     log.error("status route failed: %s", type(exc).__name__)
     return error(500, "InternalServerError", "The status service failed; try again.")
+
+
+def _unreachable(exc: Exception) -> bool:
+    """Whether ``exc`` is Redis refusing a connection or not answering in time."""
+    try:
+        from redis.exceptions import ConnectionError as RedisConnectionError, TimeoutError as RedisTimeoutError
+    except ImportError:  # pragma: no cover - redis is only needed with a Redis store
+        return False
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 
 class _HordePolls:

@@ -134,6 +134,23 @@ def stale_answer(reading: Reading | None) -> Answer:
     return error(503, "EstimatesStale", message, {"Retry-After": str(retry)})
 
 
+UNAVAILABLE_RETRY_SECONDS = 5
+"""``Retry-After`` of :func:`unavailable_answer`: the store's interval is not known while it cannot be read."""
+
+
+def unavailable_answer() -> Answer:
+    """503 with ``Retry-After`` and rc ``StoreUnavailable``: the publication store cannot be reached now.
+
+    Examples
+    --------
+    >>> got = unavailable_answer()
+    >>> got.status, got.body["rc"], got.headers
+    (503, 'StoreUnavailable', {'Retry-After': '5'})
+    """
+    return error(503, "StoreUnavailable", "The estimates cannot be read now; retry.",
+                 {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
+
+
 def horde_answer(
     *,
     shape: str,
