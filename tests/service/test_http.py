@@ -525,3 +525,22 @@ def test_serve_with_redis_refuses_a_bad_database_in_one_line_before_forking(db: 
     out = got.stdout + got.stderr
     assert got.returncode != 0 and "Traceback" not in out and "hunter2" not in out
     assert len(out.strip().splitlines()) == 1 and out.startswith("vecsched: ")
+
+
+def test_serve_refuses_a_database_it_cannot_reach_before_forking() -> None:
+    """serve() built the progress engine and closed it without connecting, so an unreachable database
+    (with --redis the store never opens it) let the server start and fail every poll that needs it."""
+    closed = _free_port()  # nothing listens there
+    db = f"postgresql+psycopg://postgres:hunter2pg@127.0.0.1:{closed}/test"
+    proc = subprocess.Popen([sys.executable, "-m", "vecsched", "serve", "--processes", "1", "--port", str(_free_port()),
+                             "--redis", "redis://127.0.0.1:6379/0", "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+        pytest.fail(f"serve started on a database it cannot reach: {out}")
+    assert proc.returncode != 0 and "Traceback" not in out and "hunter2" not in out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vecsched: ") and f"127.0.0.1:{closed}" in lines[0], out

@@ -157,6 +157,17 @@ class DatabaseProgress:
             log.warning("a waiting_prompts row read for the status route is left out: %s", exc)
             return None
 
+    def connect_once(self) -> None:
+        """Open one connection and release it: an unreachable database, or one that refuses the
+        credentials, fails here (its DBAPIError) rather than on the first poll that needs it.
+
+        Examples
+        --------
+        >>> DatabaseProgress("sqlite://").connect_once()
+        """
+        with self.engine.connect():
+            pass
+
     def close(self) -> None:
         """Release the engine's connections."""
         self.engine.dispose()

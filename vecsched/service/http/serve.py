@@ -124,6 +124,30 @@ def announce_publication(name: str, store: Any, *, now: float | None = None) -> 
     return approved
 
 
+def _connect_once(database_url: str) -> None:
+    """Connect to the horde database once; a failure is one line naming it, without its password.
+
+    Raises
+    ------
+    UserError
+        The database cannot be reached (or refuses the login): the driver's reason.
+    """
+    import sqlalchemy as sa
+
+    from vecsched.errors import UserError
+    from vecsched.service.redact import mask_text
+
+    progress = DatabaseProgress(database_url)
+    try:
+        progress.connect_once()
+    except sa.exc.DBAPIError as exc:
+        reason = str(exc.orig if exc.orig is not None else exc).strip().splitlines() or [type(exc).__name__]
+        raise UserError(f"the horde database {redact_url(database_url)} cannot be reached: "
+                        f"{mask_text(reason[0])}") from None
+    finally:
+        progress.close()
+
+
 def serve(
     *,
     host: str,
@@ -151,13 +175,13 @@ def serve(
 
     # Opened once here so a bad configuration fails before any process forks: the store, and the
     # horde database the per-poll progress reads (with --redis the store never opens it), whose bad
-    # URL or missing driver would otherwise fail in every worker process, traceback and all.
+    # URL, missing driver or unreachable server would otherwise fail in every worker process.
     store = open_store(redis_url=redis_url, database_url=database_url, prefix=prefix)
     kind = type(store).__name__
     if publish_forecast:
         announce_publication(publish_forecast, store)
     store.close()
-    DatabaseProgress(database_url).close()
+    _connect_once(database_url)
     log.info(
         "serving on %s:%s with %d processes x %d threads; publication store %s; database %s; progress %s",
         host, port, processes, threads, kind, redact_url(database_url),
