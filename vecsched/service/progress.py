@@ -123,7 +123,7 @@ class DatabaseProgress:
         if isinstance(engine, str):
             # The job's engine, so a poll gets its bounds too: a locked table fails it within the
             # lock timeout and a silent server within the connect timeout (the route's 500), never a hang.
-            engine = _without_pre_ping(make_engine(engine))
+            engine = make_engine(engine, pre_ping=False)
         # One statement per read, nothing to commit: autocommit spares the
         # BEGIN/ROLLBACK round trips of a transaction per poll.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -171,17 +171,6 @@ class DatabaseProgress:
     def close(self) -> None:
         """Release the engine's connections."""
         self.engine.dispose()
-
-
-def _without_pre_ping(engine: sa.Engine) -> sa.Engine:
-    """``engine`` without the pool's ping per checkout (make_engine's, for the job's long cycles).
-
-    A poll is one statement: a ping would double its round trips, and a dropped
-    connection fails one read and is then replaced. SQLAlchemy has no public
-    switch on a built engine; a test checks that this one still takes.
-    """
-    engine.pool._pre_ping = False
-    return engine
 
 
 def _value(row: Any, name: str) -> Any:

@@ -149,8 +149,12 @@ PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 
 """libpq parameters of every PostgreSQL connection (a URL's own take precedence): a silent peer ends it in about 30 s."""
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, pre_ping: bool = True) -> Engine:
     """An engine for ``url``; SQLite files get WAL so readers never block the job.
+
+    ``pre_ping`` (the job's default) checks each pooled connection before use;
+    a status poll, one statement, turns it off: a ping would double its round
+    trips, and a dropped connection fails one read and is then replaced.
 
     On PostgreSQL a statement waits at most :data:`LOCK_TIMEOUT_SECONDS` for a
     lock and a connection opens within :data:`CONNECT_TIMEOUT_SECONDS`: a table
@@ -183,7 +187,7 @@ def make_engine(url: str) -> Engine:
     # data bound close such a connection within about half a minute; the cycle then fails with it.
     defaults = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, **(PG_KEEPALIVES if postgresql else {})}
     connect_args = {k: v for k, v in defaults.items() if k not in parsed.query}  # the URL's own win
-    engine = sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    engine = sa.create_engine(url, pool_pre_ping=pre_ping, connect_args=connect_args)
     if postgresql:
 
         @sa.event.listens_for(engine, "connect")
