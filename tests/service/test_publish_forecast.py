@@ -161,7 +161,8 @@ def test_an_unreadable_forecast_record_leaves_the_adr_answer(horde, record) -> N
     assert published.own(IDS["normal"]).body == plain.own(IDS["normal"]).body
 
 
-def test_a_request_faulted_since_the_cycle_keeps_the_adr_wait_on_the_own_path(horde) -> None:
+def test_a_request_faulted_since_the_cycle_gets_no_published_forecast_on_the_own_path(horde) -> None:
+    """Its answer is the one without publication: not waiting (position 0, wait 0), no forecast."""
     store, backend, now = horde
     _verdicts(backend, now, 24)
     publication = ForecastPublication.for_store(NAME, store)
@@ -169,6 +170,7 @@ def test_a_request_faulted_since_the_cycle_keeps_the_adr_wait_on_the_own_path(ho
     plain = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted)
     got = status(IDS["normal"], store=store, now=now + 1.0, progress=faulted, publish=publication)
     assert got == plain and "forecast" not in got
+    assert (got["queue_position"], got["wait_time"], got["is_possible"]) == (0, 0, False)
 
 
 def test_a_day_without_verdicts_is_not_a_day_of_holding(horde) -> None:
