@@ -104,11 +104,6 @@ class StallSums:
         same_side = (age_now < min_window) == (age_then < min_window)
         return found, same & (at <= now) & same_minute & same_side
 
-    def take(self, rows: np.ndarray) -> StallSums:
-        """The sums of positions ``rows``."""
-        return StallSums(self.ids[rows], self.created[rows], self.evaluated_at[rows], self.counts[:, rows],
-                         self.halves[:, rows], self.incomplete[rows], self.figures[:, rows])
-
     @staticmethod
     def concat(parts: list[StallSums | None]) -> StallSums:
         """One :class:`StallSums` of ``parts`` (their ids disjoint; None: none), in order."""

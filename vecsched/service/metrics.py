@@ -218,7 +218,7 @@ class CycleMetrics:
             is_first = np.r_[True, ids[order][1:] != ids[order][:-1]]
             rows = order[is_first]  # each request's earliest dispatch loaded
             at = d.dispatched_at[rows]
-            seen = np.fromiter((i in self._assigned for i in ids[rows]), bool, len(rows))
+            seen = pd.Index(ids[rows]).isin(list(self._assigned))  # hashed at once, not a loop per dispatch
             first = ~seen & (d.request_created[rows] > self._covered_since)
             count = rows[first & (at > since) & (at <= now)]
             w = snapshot.workers
