@@ -135,3 +135,33 @@ def test_a_faulted_request_is_complete_for_the_sdk(mode, published_horde, http_s
         check = sdk.ImageGenerateCheckResponse.model_validate(
             client.get(f"/v2/generate/check/{IDS['offline']}").get_json())
         assert check.faulted is True and check.is_job_complete(1) is True
+
+
+def test_a_stale_cycle_still_tells_the_sdk_what_has_ended(published_horde, http_service) -> None:
+    """The job stopped publishing: a finished or faulted request needs no queue figure, so its client
+    hears done from the database (horde-sdk polls until ``done``); a waiting one still hears 503."""
+    stale = StatusService(store=http_service.store, progress=http_service.progress,
+                          clock=lambda: published_horde.now + 3600.0)
+    client = create_app(stale).test_client()
+    for key in ("done", "faulted"):
+        got = client.get(f"/v2/generate/text/status/{IDS[key]}")
+        assert got.status_code == 200, key
+        parsed = sdk.TextGenerateStatusResponse.model_validate(got.get_json())
+        assert parsed.done is True and parsed.wait_time == 0 and parsed.queue_position == 0, key
+        assert parsed.faulted is (key == "faulted") and parsed.is_job_complete(0)  # no generations merged here
+    for key in ("normal", "new"):  # still waiting: only a fresh cycle can say where
+        got = client.get(f"/v2/generate/text/status/{IDS[key]}")
+        assert got.status_code == 503 and got.get_json()["rc"] == "EstimatesStale", key
+    assert client.get(f"/v2/generate/check/{IDS['done']}").status_code == 404  # a text request on an image path
+
+
+def test_any_spelling_of_a_uuid_names_the_same_request(http_service) -> None:
+    """The horde parses the path's id as a UUID: upper case, no dashes, braces and a URN name one request."""
+    client = create_app(http_service).test_client()
+    canonical = IDS["normal"]
+    want = client.get(f"/v2/generate/text/status/{canonical}")
+    assert want.status_code == 200
+    for spelling in (canonical.upper(), canonical.replace("-", ""), "{" + canonical + "}", "urn:uuid:" + canonical):
+        got = client.get(f"/v2/generate/text/status/{spelling}")
+        assert got.status_code == 200 and got.get_json() == want.get_json(), spelling
+    assert client.get(f"/v2/generate/text/status/{canonical[:-1]}").status_code == 404

@@ -27,14 +27,17 @@ from http import HTTPStatus
 from typing import Any, Callable
 
 from flask import Blueprint, Flask, Response, request
+from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import PathConverter
 
 from vecsched.service.http.answers import (
     Answer,
+    ended_answer,
     error,
     holds_figures,
     horde_answer,
+    horde_id,
     is_stale,
     not_found,
     stale_answer,
@@ -117,16 +120,22 @@ class StatusService:
     def horde(self, shape: str, request_id: str) -> Answer:
         """The answer of a horde path (``shape``: a key of :data:`answers.SHAPES`).
 
+        The id is read as the horde reads it (:func:`answers.horde_id`). Under a
+        stale cycle a request the database says has ended is still answered
+        (done, or faulted); one that waits gets 503 ``EstimatesStale``.
+
         Returns
         -------
         Answer
         """
         if not usable_id(request_id):
             return not_found()
+        request_id = horde_id(request_id)
         for _ in range(_READ_ATTEMPTS):
             reading = self.store.read_status(request_id)
             if is_stale(reading, self.clock(), self.max_age):
-                return stale_answer(reading)
+                ended = self._ended_while_stale(shape, request_id)
+                return stale_answer(reading) if ended is None else ended
             needs_row = self.live_progress or not holds_figures(reading)
             answer = horde_answer(
                 shape=shape, reading=reading, row=self._row(request_id) if needs_row else None,
@@ -136,6 +145,19 @@ class StatusService:
                 return self._with_forecast(answer, request_id, reading)
         # Cycles switched under every attempt: the job publishes faster than we read.
         return error(503, "EstimatesStale", "The estimates are being republished; retry.", {"Retry-After": "1"})
+
+    def _ended_while_stale(self, shape: str, request_id: str) -> Answer | None:
+        """The job has stopped publishing: what has ended is still told from the database.
+
+        A database that cannot answer either leaves the stale cycle's 503 (retry
+        later), not a failure: it was not needed for that answer before.
+        """
+        try:
+            row = self._row(request_id)
+        except SQLAlchemyError as exc:
+            log.warning("status route: no progress for a poll under a stale cycle: %s", type(exc).__name__)
+            return None
+        return ended_answer(shape=shape, row=row)
 
     def _with_forecast(self, answer: Answer, request_id: str, reading: Any) -> Answer:
         """A held, waiting request's answer with the approved forecast's completion p50 as ``wait_time``."""

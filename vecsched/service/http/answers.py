@@ -19,6 +19,7 @@ request newer than the cycle while nothing of it is in flight (not known yet).
 from __future__ import annotations
 
 import math
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -99,6 +100,27 @@ def usable_id(request_id: str) -> bool:
     return True
 
 
+def horde_id(request_id: str) -> str:
+    """The id as the horde's status paths read it: any spelling of a UUID is its canonical form.
+
+    The horde parses the path's id as a UUID (upper case, no dashes, braces and
+    ``urn:uuid:`` all name the same request) and its database holds the
+    canonical spelling, as the job's tables do. An id that is no UUID is kept
+    as given: vecsched's own ids are data (the horde would answer 404).
+
+    Examples
+    --------
+    >>> horde_id("0B4F2D5E7E344D7C9D0A1F1F2A3B4C5D")
+    '0b4f2d5e-7e34-4d7c-9d0a-1f1f2a3b4c5d'
+    >>> horde_id("{0b4f2d5e-7e34-4d7c-9d0a-1f1f2a3b4c5d}"), horde_id("r1")
+    ('0b4f2d5e-7e34-4d7c-9d0a-1f1f2a3b4c5d', 'r1')
+    """
+    try:
+        return str(uuid.UUID(request_id))
+    except ValueError:
+        return request_id
+
+
 def is_stale(reading: Reading | None, now: float, max_age: float | None) -> bool:
     """No cycle, or the cycle is older than ``max_age`` (default three refresh intervals).
 
@@ -132,6 +154,36 @@ def stale_answer(reading: Reading | None) -> Answer:
     retry = 5 if reading is None else max(1, math.ceil(reading.interval))
     message = "No current estimates: the last published cycle is stale." if reading else "No cycle published yet."
     return error(503, "EstimatesStale", message, {"Retry-After": str(retry)})
+
+
+def ended_answer(*, shape: str, row: RequestProgress | None) -> Answer | None:
+    """The answer for a request the database says no longer waits, read without any cycle; None otherwise.
+
+    A finished or faulted request's answer needs no queue figure, so a stale
+    cycle (the job stopped) need not hold its client polling a 503: horde-sdk
+    waits for ``done``. A request that still waits (or that the database does
+    not hold) gets None: only a fresh cycle can answer it.
+
+    Examples
+    --------
+    >>> row = RequestProgress(gentype="text", n=0, jobs=1, kudos=12.0, active=True, faulted=False,
+    ...                       processing=0, finished=1, restarted=0, work=0.0)
+    >>> got = ended_answer(shape="text_status", row=row)
+    >>> got.status, got.body["done"], got.body["wait_time"], got.body["kudos"]
+    (200, True, 0, 12.0)
+    >>> ended_answer(shape="image_check", row=row).status, ended_answer(shape="text_status", row=None)
+    (404, None)
+    """
+    if row is None or _waiting(row):
+        return None
+    gentype_of_path, with_generations = SHAPES[shape]
+    if row.gentype != gentype_of_path:
+        return not_found()
+    body = _known(None, row)
+    body["kudos"] = float(row.kudos)
+    if with_generations:
+        body["generations"] = []
+    return Answer(200, body)
 
 
 UNAVAILABLE_RETRY_SECONDS = 5
