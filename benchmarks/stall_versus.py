@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks.stall_versus BEFORE_TREE AFTER_TREE --workers 2000 --requests 50000 --rounds 4
+    python -m benchmarks.stall_versus BEFORE_TREE AFTER_TREE --horde adversarial --requests 100000
 
 Each tree runs in its own long-lived subprocess (``PYTHONPATH`` = the tree) on the same synthetic
 horde with five minutes of history (``vecsched.synthetic_history``); they take turns, one estimate
@@ -35,7 +36,12 @@ from vecsched.synthetic import horde
 from vecsched.synthetic_history import with_history
 
 workers, requests, seed, profile = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-snapshot = with_history(horde(workers=workers, requests=requests, seed=seed), seed=seed)
+if sys.argv[5] == "adversarial":
+    from benchmarks.adversarial import adversarial_horde
+    base = adversarial_horde(workers, requests, seed)
+else:
+    base = horde(workers=workers, requests=requests, seed=seed)
+snapshot = with_history(base, seed=seed)
 vecsched.estimate(snapshot)  # cold run, not counted
 print(json.dumps({"ready": True}), flush=True)
 stage = estimate_module._stall
@@ -79,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--profile", action="store_true", help="also time each function the stall stage calls")
+    parser.add_argument("--horde", choices=("realistic", "adversarial"), default="realistic",
+                        help="adversarial: every request names 2 to 5 random models (benchmarks/adversarial.py)")
     args = parser.parse_args(argv)
     trees = {"before": args.before, "after": args.after}
-    child_args = [str(args.workers), str(args.requests), str(args.seed), str(int(args.profile))]
+    child_args = [str(args.workers), str(args.requests), str(args.seed), str(int(args.profile)), args.horde]
     _, runs = take_turns(trees, _CHILD, child_args, args.rounds)
-    out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds}
+    out: dict[str, Any] = {"workers": args.workers, "requests": args.requests, "rounds": args.rounds, "horde": args.horde}
     out.update({name: _summary(trees[name], runs[name]) for name in trees})
     out["after_stall_over_before"] = statistics.median(
         a["stall"] / b["stall"] for b, a in zip(runs["before"], runs["after"], strict=True))

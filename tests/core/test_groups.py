@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import vecsched.core.groups as groups
 from vecsched.core.groups import (
     PLANE_BITS,
     bit_sums,
@@ -18,6 +19,7 @@ from vecsched.core.groups import (
     or_rows_dense,
     overlap_matrix,
     pack_words,
+    pick_columns,
     set_codes,
     transpose_words,
     unique_rows,
@@ -80,6 +82,22 @@ def test_pack_words_round_trip_and_unique_rows(rows):
     first, inverse = unique_rows(words)
     np.testing.assert_array_equal(matrix[first][inverse], matrix)
     assert len(first) == len({tuple(r) for r in rows})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 9), st.integers(1, 150), st.integers(0, 2**32 - 1), st.booleans())
+def test_pick_columns_equals_packing_the_picked_columns(n_rows, n_cols, seed, tiny_blocks):
+    rng = np.random.default_rng(seed)
+    matrix = rng.random((n_rows, n_cols)) < 0.4
+    columns = rng.choice(n_cols, size=int(rng.integers(0, n_cols + 1)), replace=False)
+    block = groups.PICK_BLOCK
+    groups.PICK_BLOCK = 3 if tiny_blocks else block  # rows spread over blocks, or one block
+    try:
+        picked = pick_columns(pack_words(matrix), columns)
+    finally:
+        groups.PICK_BLOCK = block
+    assert picked.dtype == np.uint64
+    assert picked.tobytes() == pack_words(matrix[:, columns]).tobytes()
 
 
 @settings(max_examples=200)
