@@ -248,3 +248,27 @@ def test_one_rows_nanoseconds_do_not_reject_another_rows_far_time() -> None:
     expiry = dict(zip(snap.requests.id, snap.requests.expiry))
     created = dict(zip(snap.requests.id, snap.requests.created))
     assert expiry["r1"] == 32472144000.0 and created["r2"] == pd.Timestamp("2026-11-29T11:51:00.123456Z").timestamp()
+
+
+def test_null_in_an_optional_field_is_its_default_as_sql_null_is() -> None:
+    """Files written from data frames or database rows carry null for a gap: a null where no null is
+    meant takes the field's default (the SQL loader's rule for NULL), and a null required field is
+    "required"; speed keeps null's meaning (no samples)."""
+    doc = base_horde()
+    with_nulls = copy.deepcopy(doc)
+    for row in with_nulls["workers"]:
+        row.update({key: None for key in ("threads", "owner_trusted", "chat_mode", "max_pixels", "nsfw")
+                    if key not in row})
+    for row in with_nulls["requests"]:
+        row.update({key: None for key in ("max_length", "slow_workers", "worker_ids", "kudos", "jobs")
+                    if key not in row})
+    with_nulls["workers"][0]["speed"] = None  # nullable: no samples, not the default
+    doc["workers"][0].pop("speed")
+    got, want = vecsched.load_snapshot(with_nulls), vecsched.load_snapshot(doc)
+    assert list(got.rejected) == [] and list(want.rejected) == []
+    for (name, left), (_, right) in zip(frames(got), frames(want)):
+        pd.testing.assert_frame_equal(left, right, check_exact=True, obj=name)
+    required = copy.deepcopy(doc)
+    required["requests"][1]["created"] = None
+    snap = vecsched.load_snapshot(required)
+    assert [(e.id, e.field, e.message) for e in snap.rejected] == [("r2", "created", "is required")]

@@ -469,6 +469,10 @@ def columns_from_records(table: str, rows: list[Any], errors: list[RowError]) ->
 
 def _parse_column(col: Column, raw: list[Any], reject: Any, done: dict[str, Any]) -> Any:
     n = len(raw)
+    if not col.nullable:
+        # null where no null is meant is a cell left unset, as SQL NULL is in the loader: the default,
+        # or "is required" (files written from data frames or database rows carry nulls for gaps).
+        raw = [_MISSING if v is None else v for v in raw]
     missing = [k for k, v in enumerate(raw) if v is _MISSING]
     if missing:
         if col.default is REQUIRED:
