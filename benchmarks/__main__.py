@@ -87,7 +87,8 @@ PLANS: dict[str, Plan] = {
         worker_sweep=(125, 250, 500, 1_000, 2_000, 4_000, 8_000),
         sweep_defaults={"repeats": 3, "reference_sample": 10, "dense_max_flops": 6e11, "tracemalloc": False},
         service=True,
-        adversarial_sweep=(3_125, 6_250, 12_500, 25_000, 50_000),
+        # To 100,000: below 50,000 fixed costs hid how the competition sweep grows on this horde.
+        adversarial_sweep=(3_125, 6_250, 12_500, 25_000, 50_000, 100_000),
     ),
     "quick": Plan(
         sizes=(
