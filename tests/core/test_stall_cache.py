@@ -165,3 +165,17 @@ def test_the_service_keeps_sums_across_its_cycles_unless_told_not_to(history_hor
     assert len(computed) >= 4  # two gentypes, two cycles
     first, second = sum(computed[:2]), sum(computed[2:4])
     assert (second < first / 5) if refresh else (second >= first * 0.95), computed
+
+
+def test_a_cycle_of_an_empty_queue_leaves_the_next_cycles_computable() -> None:
+    """A queue that drained handed on empty sums; indexing them failed every later cycle until a restart."""
+    from vecsched.service.stall_refresh import StallRefresh
+
+    estimate = StallRefresh(60.0).wrap(vecsched.estimate)
+    empty = estimate(horde(workers=0, requests=0, seed=1))
+    assert len(empty.stall_sums) == 0
+    back = horde(workers=20, requests=200, seed=1)
+    got = estimate(back).to_frame()
+    want = vecsched.estimate(back).to_frame()
+    pd.testing.assert_frame_equal(got, want)
+    assert StallSums.empty().kept(np.array(["r1"], dtype=object), np.array([0.0]), now=1.0, refresh=60.0)[1].tolist() == [False]

@@ -95,7 +95,8 @@ class StallSums:
         """
         found = self.ids.get_indexer(ids) if len(self) and len(ids) else np.full(len(ids), -1, np.int64)
         found = np.asarray(found, np.int64)
-        if refresh <= 0 or not len(ids):
+        if refresh <= 0 or not len(ids) or not len(self):
+            # No sums kept (a cycle of an empty queue): none holds, and none may be indexed.
             return found, np.zeros(len(ids), bool)
         at = np.where(found >= 0, self.evaluated_at[found], np.inf)
         same = (found >= 0) & (self.created[found] == created)
