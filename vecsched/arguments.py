@@ -104,6 +104,26 @@ def positive_float(text: str) -> float:
     return _number(text, float, minimum=0.0, strict=True, what="a number > 0")
 
 
+MAX_SECONDS = 86_400.0
+"""The longest interval, cadence or age an option takes: a day (a larger one overflowed the scheduler's and Redis's integers)."""
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds > 0 and at most :data:`MAX_SECONDS`.
+
+    Examples
+    --------
+    >>> seconds("5")
+    5.0
+    >>> seconds("1e300")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 1e300 is not a number of seconds > 0 and at most 86400
+    """
+    return _number(text, float, minimum=0.0, strict=True, maximum=MAX_SECONDS,
+                   what=f"a number of seconds > 0 and at most {MAX_SECONDS:.0f}")
+
+
 def non_negative_float(text: str) -> float:
     """An argparse type: a finite number >= 0.
 

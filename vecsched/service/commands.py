@@ -74,7 +74,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import non_negative_float, non_negative_int, port_number, positive_float
+    from vecsched.arguments import non_negative_float, non_negative_int, port_number, seconds
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -84,7 +84,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
                     "lives in the SQLite file; read the figures with 'vecsched top' and "
                     "'vecsched status ID' from another terminal.")
     p.add_argument("--once", action="store_true", help="run one cycle and exit (non-zero if it failed)")
-    p.add_argument("--interval", type=positive_float, default=5.0, help="seconds between cycles")
+    p.add_argument("--interval", type=seconds, default=5.0, help="seconds between cycles")
     p.add_argument("--no-demo", action="store_true",
                    help="do not drive the simulated demo horde in the embedded SQLite file")
     p.add_argument("--no-seed", action="store_true",
@@ -98,7 +98,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--replay", action="store_true",
                    help="also record the dispatch-replay-v1 shadow forecast (costly on large hordes; "
                         "install the 'replay' extra for its compiled loop; default off)")
-    p.add_argument("--replay-every", type=positive_float, metavar="SECONDS",
+    p.add_argument("--replay-every", type=seconds, metavar="SECONDS",
                    help="run the replay off the main cycle, in a thread of its own, at most once per SECONDS "
                         "(implies --replay; forecasts of requests first seen between replays are recorded "
                         "late, with their true first sighting; default: $VECSCHED_REPLAY_EVERY with --replay, "
@@ -117,7 +117,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
 
     p = sub.add_parser("status", help="print a request's published status as JSON (exit 1 if unknown)")
     p.add_argument("request_id", help="the request id (list them with vecsched top)")
-    p.add_argument("--max-age", type=positive_float,
+    p.add_argument("--max-age", type=seconds,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     _add_publish_option(p)
     common(p)
@@ -141,14 +141,14 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     for key in _REQUEST_BOOLS:
         p.add_argument("--" + key.replace("_", "-"), dest=key, action=argparse.BooleanOptionalAction,
                        help=f"the request's {key} flag (default: the snapshot default)")
-    p.add_argument("--max-age", type=positive_float,
+    p.add_argument("--max-age", type=seconds,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     common(p)
     p.set_defaults(func=_prospective)
 
 
 def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import positive_float
+    from vecsched.arguments import seconds
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -156,7 +156,7 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--processes", type=_at_least_one, default=2,
                    help="server processes; not --workers, which are the horde's (default: 2)")
     p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
-    p.add_argument("--max-age", type=positive_float,
+    p.add_argument("--max-age", type=seconds,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     p.add_argument("--live-progress", action="store_true",
                    help="read progress and kudos from the database on every horde-path poll; by default a "

@@ -147,7 +147,7 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     """
     from argparse import ArgumentTypeError
 
-    from vecsched.arguments import positive_float  # the --replay-every rule, so the two never differ
+    from vecsched.arguments import seconds  # the --replay-every rule, so the two never differ
     from vecsched.errors import UserError
 
     env = os.environ if env is None else env
@@ -155,6 +155,6 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     if not text:
         return None
     try:
-        return positive_float(text)
+        return seconds(text)
     except ArgumentTypeError:
         raise UserError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}") from None
