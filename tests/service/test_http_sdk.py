@@ -165,3 +165,16 @@ def test_any_spelling_of_a_uuid_names_the_same_request(http_service) -> None:
         got = client.get(f"/v2/generate/text/status/{spelling}")
         assert got.status_code == 200 and got.get_json() == want.get_json(), spelling
     assert client.get(f"/v2/generate/text/status/{canonical[:-1]}").status_code == 404
+
+
+def test_a_cycle_stamped_ahead_of_the_clock_is_stale(published_horde, http_service) -> None:
+    """After the clock went back, the job cannot publish until it passes the last cycle's time: that
+    frozen cycle was served as fresh for as long as the clock had run ahead."""
+    from vecsched.service.read import status
+
+    ahead = StatusService(store=http_service.store, progress=http_service.progress,
+                          clock=lambda: published_horde.now - 3600.0)
+    got = create_app(ahead).test_client().get(f"/v2/generate/text/status/{IDS['normal']}")
+    assert got.status_code == 503 and got.get_json()["rc"] == "EstimatesStale"
+    assert status(IDS["normal"], store=http_service.store, now=published_horde.now - 3600.0)["stale"] is True
+    assert status(IDS["normal"], store=http_service.store, now=published_horde.now)["stale"] is False

@@ -230,9 +230,12 @@ def test_superseded_cycle_reports_nothing_published(backend, small_horde, reques
         older = run_cycle(SQLLoader(url), store, lambda: snap.now)
     assert older.ok and older.error is None
     assert older.published == 0 and older.superseded
-    line = [r for r in caplog.records if r.name == "vecsched.job"][-1]
+    *_, line, warning = [r for r in caplog.records if r.name == "vecsched.job"]
     assert line.levelno == logging.INFO
     assert "superseded" in line.getMessage() and "published=0" in line.getMessage()
+    # And at WARNING, with the cause an operator checks: a lone job whose clock went back
+    # publishes nothing until it passes the current cycle's time.
+    assert warning.levelno == logging.WARNING and "clock went back" in warning.getMessage()
     assert store.read_status(_a_waiting_id(snap)).time == snap.now + 10
 
 

@@ -265,6 +265,9 @@ def run_cycle(
         report.error = f"{type(exc).__name__}: {exc}"
         log.debug("cycle failed in %s", stage, exc_info=True)
     (log.info if report.ok else log.warning)(report.line())
+    if report.superseded:
+        log.warning("a newer cycle is current, so this one was not published: another job publishes to the same "
+                    "store, or this machine's clock went back (nothing publishes until it passes that cycle's time)")
     if report.ok:
         _warn_if_empty(estimates, report)
     if observe is not None:

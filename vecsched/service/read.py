@@ -59,7 +59,8 @@ def _age(reading: Reading, now: float | None, max_age: float | None) -> tuple[fl
     now = time.time() if now is None else now
     limit = DEFAULT_STALE_INTERVALS * reading.interval if max_age is None else max_age
     age = now - reading.time
-    return age, age > limit
+    # A cycle stamped ahead of now (a clock that went back since) is as untrustworthy as an old one.
+    return age, abs(age) > limit
 
 
 def status(

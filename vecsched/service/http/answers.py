@@ -27,13 +27,10 @@ import numpy as np
 
 from vecsched.core.figures import wait_time
 from vecsched.service.payload import decode_payload
-from vecsched.service.read import _ended  # the one decoder of the job's ENDED_PAYLOADS
+from vecsched.service.read import _age, _ended  # the one decoder of ENDED_PAYLOADS, the one staleness rule
 from vecsched.service.progress import RequestProgress
 from vecsched.service.store.base import Reading
 from vecsched.snapshot.times import iso as _iso
-
-STALE_INTERVALS = 3.0
-"""Figures older than this many refresh intervals are stale (as :func:`vecsched.status`)."""
 
 MAX_ID_LENGTH = 1024
 """Longer ids answer 404 without a lookup: no horde id is anywhere near this long."""
@@ -122,18 +119,19 @@ def horde_id(request_id: str) -> str:
 
 
 def is_stale(reading: Reading | None, now: float, max_age: float | None) -> bool:
-    """No cycle, or the cycle is older than ``max_age`` (default three refresh intervals).
+    """No cycle, or the cycle is further from ``now`` than ``max_age`` (default three refresh intervals), either way.
 
     Examples
     --------
     >>> r = Reading("100.0|5.0|ab", 100.0, 5.0, None)
     >>> is_stale(r, 110.0, None), is_stale(r, 116.0, None), is_stale(None, 0.0, None)
     (False, True, True)
+    >>> is_stale(r, 84.0, None)  # stamped 16 s ahead: the clock went back
+    True
     """
     if reading is None:
         return True
-    limit = STALE_INTERVALS * reading.interval if max_age is None else max_age
-    return now - reading.time > limit
+    return _age(reading, now, max_age)[1]
 
 
 def holds_figures(reading: Reading | None) -> bool:
