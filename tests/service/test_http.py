@@ -233,6 +233,25 @@ def test_health_and_prospective(http_service) -> None:
     assert client.post("/vecsched/v1/prospective", data="not json").status_code == 400
 
 
+def test_prospective_bodies_a_client_may_send_are_answered_not_failed(http_service) -> None:
+    """A review found 500s: state keys of a snapshot request, a body nested too deep; a 1 GB body was
+    read whole; and every 400 said only 'SnapshotError'."""
+    client = create_app(http_service).test_client()
+    plain = client.post("/vecsched/v1/prospective", json={"gentype": "text", "models": ["m"], "max_length": 100})
+    for state in ({"faulted": True}, {"active": False}, {"jobs": 0}):
+        got = client.post("/vecsched/v1/prospective",
+                          json={"gentype": "text", "models": ["m"], "max_length": 100, **state})
+        assert got.status_code == 200 and got.get_json() == plain.get_json(), state  # about to be made: waiting
+    deep = '{"gentype": "text", "models": ' + "[" * 5000 + "]" * 5000 + "}"
+    got = client.post("/vecsched/v1/prospective", data=deep, content_type="application/json")
+    assert got.status_code == 400 and got.get_json()["rc"] == "BadRequest"
+    big = '{"gentype": "text", "pad": "' + "a" * (1 << 20) + '"}'
+    got = client.post("/vecsched/v1/prospective", data=big, content_type="application/json")
+    assert got.status_code == 413
+    got = client.post("/vecsched/v1/prospective", json={"gentype": "text", "max_length": "300"})
+    assert got.status_code == 400 and "max_length" in got.get_json()["message"]
+
+
 def test_blueprint_inside_another_app(http_service) -> None:
     from flask import Flask
 

@@ -143,6 +143,9 @@ def answer_prospective(
     row.setdefault("id", "prospective")
     row.setdefault("user_id", "")
     row["n"] = 1  # the answer does not depend on the request's own size
+    # A request about to be made is waiting, whatever state keys the body carries.
+    row.update(active=True, faulted=False)
+    row.pop("jobs", None)
     errors: list[RowError] = []
     times = {"created": "1970-01-01T00:00:00Z", "expiry": "2999-01-01T00:00:00Z"}
     cols = columns_from_records("requests", [row | times], errors)

@@ -47,6 +47,7 @@ from vecsched.service.http.answers import (
 from vecsched.service.progress import DatabaseProgress, RequestProgress
 from vecsched.service.read import ForecastPublication
 from vecsched.service.store.base import Store
+from vecsched.snapshot.snapshot import SnapshotError
 from vecsched.snapshot.times import iso as _iso
 
 log = logging.getLogger("vecsched.http")
@@ -213,6 +214,8 @@ class StatusService:
             return error(400, "BadRequest", "The body must be a JSON object of snapshot request keys.")
         try:
             body = prospective(payload, store=self.store, max_age=self.max_age, now=self.clock())
+        except SnapshotError as exc:  # names the key and what it must be; never an id
+            return error(400, "BadRequest", f"Bad {exc}.")
         except (KeyError, TypeError, ValueError) as exc:
             return error(400, "BadRequest", f"Bad prospective request: {type(exc).__name__}.")
         return Answer(200, body)
@@ -292,10 +295,23 @@ def status_blueprint(service: StatusService, *, name: str = "vecsched") -> Bluep
     bp.add_url_rule("/vecsched/v1/status/<request_id:request_id>", "own_status",
                     lambda request_id: _respond(service.own(request_id)))
     bp.add_url_rule("/vecsched/v1/prospective", "prospective",
-                    lambda: _respond(service.prospective(request.get_json(silent=True))), methods=["POST"])
+                    lambda: _respond(service.prospective(_json_body())), methods=["POST"])
     bp.add_url_rule("/vecsched/v1/health", "health", lambda: _respond(service.health()))
     bp.register_error_handler(Exception, _on_error)
     return bp
+
+
+MAX_BODY_BYTES = 64 * 1024
+"""The largest prospective body read (a request's keys fit in a few hundred bytes); larger is 413."""
+
+
+def _json_body() -> Any:
+    """The request's JSON body, or None when it is not JSON (too deep to parse included: a 400, not a failure)."""
+    request.max_content_length = MAX_BODY_BYTES  # werkzeug answers 413 before reading more
+    try:
+        return request.get_json(silent=True)
+    except RecursionError:
+        return None
 
 
 def _on_error(exc: Exception) -> Response:
