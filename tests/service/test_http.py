@@ -563,3 +563,16 @@ def test_serve_refuses_a_database_it_cannot_reach_before_forking() -> None:
     assert proc.returncode != 0 and "Traceback" not in out and "hunter2" not in out
     lines = out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vecsched: ") and f"127.0.0.1:{closed}" in lines[0], out
+
+
+def test_a_bad_prospective_body_is_refused_under_a_stale_or_missing_cycle_too(published_horde, http_service) -> None:
+    """Validity does not depend on the cycle: a stale or missing one once answered a garbage body 200."""
+    from vecsched.service.store.sql import SQLStore
+
+    stale = StatusService(store=http_service.store, clock=lambda: published_horde.now + 3600.0)
+    empty = StatusService(store=SQLStore("sqlite://"))
+    for service in (http_service, stale, empty):
+        client = create_app(service).test_client()
+        got = client.post("/vecsched/v1/prospective", json={"gentype": "audio", "max_length": "lots"})
+        assert got.status_code == 400 and "gentype" in got.get_json()["message"]
+        assert client.post("/vecsched/v1/prospective", json={"gentype": "text"}).status_code == 200

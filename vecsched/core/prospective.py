@@ -126,19 +126,21 @@ def _queue_levels(name: str, queue: QueueSignatures, batch: CompetitionState) ->
     }
 
 
-def answer_prospective(
-    state: bytes | ProspectiveState, request: Mapping[str, Any], now: float | None = None
-) -> dict[str, Any]:
-    """Eligible workers, threads and ``ahead_wait`` for a request queued now.
+def prospective_request(request: Mapping[str, Any], now: float = 0.0) -> Snapshot:
+    """The request about to be made as a one-request snapshot, or the SnapshotError naming its bad key.
 
-    ``request`` uses the request keys of the snapshot format (``gentype``,
-    ``models``, ``max_length``, ``is_chat``, ``extra_priority``, gates,
-    ``worker_ids``...); ``id``, ``n`` and times are not needed. ``ahead_wait``
-    is None when no thread is eligible (the allowance then takes its floor),
-    and for image unless the cycle ran with eligibility-aware image waits.
+    Judged by the snapshot format's own rules whatever the cycle: a body's
+    validity does not depend on how fresh the estimates are.
+
+    Examples
+    --------
+    >>> prospective_request({"gentype": "text", "max_length": 100}).requests.max_length.tolist()
+    [100]
+    >>> prospective_request({"gentype": "audio"})
+    Traceback (most recent call last):
+    ...
+    vecsched.snapshot.snapshot.SnapshotError: prospective request: gentype: must be one of text, image
     """
-    st = state if isinstance(state, ProspectiveState) else ProspectiveState.from_bytes(state)
-    now = st.now if now is None else float(now)
     row = dict(request)
     row.setdefault("id", "prospective")
     row.setdefault("user_id", "")
@@ -152,6 +154,23 @@ def answer_prospective(
     single = Snapshot.from_columns(now, {}, cols, rejected=errors)
     if single.rejected:
         raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")
+    return single
+
+
+def answer_prospective(
+    state: bytes | ProspectiveState, request: Mapping[str, Any], now: float | None = None
+) -> dict[str, Any]:
+    """Eligible workers, threads and ``ahead_wait`` for a request queued now.
+
+    ``request`` uses the request keys of the snapshot format (``gentype``,
+    ``models``, ``max_length``, ``is_chat``, ``extra_priority``, gates,
+    ``worker_ids``...); ``id``, ``n`` and times are not needed. ``ahead_wait``
+    is None when no thread is eligible (the allowance then takes its floor),
+    and for image unless the cycle ran with eligibility-aware image waits.
+    """
+    st = state if isinstance(state, ProspectiveState) else ProspectiveState.from_bytes(state)
+    now = st.now if now is None else float(now)
+    single = prospective_request(request, now)
     user_code = np.array([st.users.get(single.requests.user_id[0], -1)], dtype=np.int64)
     mine = request_arrays(single, user_code, st.worker_index)
     # Model codes must be the published vocabulary's; names nobody serves get fresh codes.

@@ -493,6 +493,9 @@ def prospective(
     store = default_store() if store is None else store
     policy = AllowancePolicy() if policy is None else policy
     now = time.time() if now is None else now
+    from vecsched.core.prospective import answer_prospective, prospective_request
+
+    prospective_request(request)  # a bad body is refused whether or not a fresh cycle can answer it
     reading, state = _current_state(store)
     if reading is None or state is None:
         return {"unknown": True, "allowance": policy(0, None)}
@@ -501,8 +504,6 @@ def prospective(
     if stale:
         out["allowance"] = policy(0, None)
         return out
-    from vecsched.core.prospective import answer_prospective
-
     answer = answer_prospective(state, request, now)
     ahead = answer.get("ahead_wait")
     if ahead is not None and isinstance(ahead, float) and math.isnan(ahead):
