@@ -576,3 +576,20 @@ def test_a_bad_prospective_body_is_refused_under_a_stale_or_missing_cycle_too(pu
         got = client.post("/vecsched/v1/prospective", json={"gentype": "audio", "max_length": "lots"})
         assert got.status_code == 400 and "gentype" in got.get_json()["message"]
         assert client.post("/vecsched/v1/prospective", json={"gentype": "text"}).status_code == 200
+
+
+def test_readers_of_a_fresh_publication_database_make_no_tables(pg_url) -> None:
+    """Several serve processes' first polls raced each other's CREATE TABLE (500s, duplicate key on
+    pg_type) before the job's first cycle: a reader now finds no cycle, and leaves the tables to the job."""
+    import sqlalchemy as sa
+
+    from vecsched.service.store.sql import SQLStore
+
+    store = SQLStore(pg_url)
+    client = create_app(StatusService(store=store)).test_client()
+    assert client.get("/vecsched/v1/health").status_code == 503
+    assert client.get("/v2/generate/text/status/r1").get_json()["rc"] == "EstimatesStale"
+    assert not sa.inspect(store.engine).has_table("vs_current")
+    store.publish(Cycle(100.0, 5.0, ["r1"], ["[1,100.0,0,3,6,1,2,41.6,20.0,4,50.0,0,1,0,0,0]"]))
+    assert store.read_status("r1").value is not None
+    store.engine.dispose()

@@ -145,7 +145,12 @@ class SQLStore:
         return True
 
     def _one(self, sql: Any, params: dict[str, Any], convert: Any) -> Reading | None:
-        self._ensure()
+        if not self._ready:
+            # Readers never make the tables: several processes' first polls racing each other's (and the
+            # job's) CREATE TABLE failed with a duplicate key. No table yet is no cycle yet.
+            if not sa.inspect(self.engine).has_table(vs_current.name, schema=vs_current.schema):
+                return None
+            self._ready = True
         with self.engine.connect() as conn:
             row = conn.execute(sql, params).first()
         if row is None:
