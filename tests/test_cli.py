@@ -69,7 +69,6 @@ def test_bad_json_argument(capsys) -> None:
                                   ["run", "--interval", "0"],
                                   ["run", "--interval", "1e300"],  # once overflowed the scheduler's int
                                   ["run", "--replay-every", "1e300"],
-                                  ["serve", "--max-age", "1e300"],
                                   ["run", "--stall-refresh", "-1"],
                                   ["top", "-n", "-3"]])
 def test_out_of_range_number(capsys, argv: list[str]) -> None:

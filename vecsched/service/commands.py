@@ -74,7 +74,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import non_negative_float, non_negative_int, port_number, seconds
+    from vecsched.arguments import non_negative_float, non_negative_int, port_number, positive_float, seconds
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -117,7 +117,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
 
     p = sub.add_parser("status", help="print a request's published status as JSON (exit 1 if unknown)")
     p.add_argument("request_id", help="the request id (list them with vecsched top)")
-    p.add_argument("--max-age", type=seconds,
+    p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     _add_publish_option(p)
     common(p)
@@ -141,14 +141,14 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     for key in _REQUEST_BOOLS:
         p.add_argument("--" + key.replace("_", "-"), dest=key, action=argparse.BooleanOptionalAction,
                        help=f"the request's {key} flag (default: the snapshot default)")
-    p.add_argument("--max-age", type=seconds,
+    p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     common(p)
     p.set_defaults(func=_prospective)
 
 
 def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import seconds
+    from vecsched.arguments import positive_float
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -156,7 +156,7 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--processes", type=_at_least_one, default=2,
                    help="server processes; not --workers, which are the horde's (default: 2)")
     p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
-    p.add_argument("--max-age", type=seconds,
+    p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     p.add_argument("--live-progress", action="store_true",
                    help="read progress and kudos from the database on every horde-path poll; by default a "
