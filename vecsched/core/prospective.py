@@ -158,19 +158,21 @@ def prospective_request(request: Mapping[str, Any], now: float = 0.0) -> Snapsho
 
 
 def answer_prospective(
-    state: bytes | ProspectiveState, request: Mapping[str, Any], now: float | None = None
+    state: bytes | ProspectiveState, request: Mapping[str, Any] | Snapshot, now: float | None = None
 ) -> dict[str, Any]:
     """Eligible workers, threads and ``ahead_wait`` for a request queued now.
 
     ``request`` uses the request keys of the snapshot format (``gentype``,
     ``models``, ``max_length``, ``is_chat``, ``extra_priority``, gates,
-    ``worker_ids``...); ``id``, ``n`` and times are not needed. ``ahead_wait``
+    ``worker_ids``...); ``id``, ``n`` and times are not needed. Or it is
+    :func:`prospective_request`'s snapshot of them, parsed once by a caller
+    that judged the body first (its times keep it waiting at any ``now``). ``ahead_wait``
     is None when no thread is eligible (the allowance then takes its floor),
     and for image unless the cycle ran with eligibility-aware image waits.
     """
     st = state if isinstance(state, ProspectiveState) else ProspectiveState.from_bytes(state)
     now = st.now if now is None else float(now)
-    single = prospective_request(request, now)
+    single = request if isinstance(request, Snapshot) else prospective_request(request, now)
     user_code = np.array([st.users.get(single.requests.user_id[0], -1)], dtype=np.int64)
     mine = request_arrays(single, user_code, st.worker_index)
     # Model codes must be the published vocabulary's; names nobody serves get fresh codes.

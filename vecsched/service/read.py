@@ -495,7 +495,7 @@ def prospective(
     now = time.time() if now is None else now
     from vecsched.core.prospective import answer_prospective, prospective_request
 
-    prospective_request(request)  # a bad body is refused whether or not a fresh cycle can answer it
+    single = prospective_request(request)  # a bad body is refused whether or not a fresh cycle can answer it
     reading, state = _current_state(store)
     if reading is None or state is None:
         return {"unknown": True, "allowance": policy(0, None)}
@@ -504,7 +504,7 @@ def prospective(
     if stale:
         out["allowance"] = policy(0, None)
         return out
-    answer = answer_prospective(state, request, now)
+    answer = answer_prospective(state, single, now)
     ahead = answer.get("ahead_wait")
     if ahead is not None and isinstance(ahead, float) and math.isnan(ahead):
         ahead = None
