@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from vecsched.arguments import Parser, non_negative_int
-from vecsched.errors import describe
+from vecsched.errors import SettingError, describe
 from vecsched.snapshot.snapshot import SnapshotError
 
 # Modules that add their own subcommands with ``add_commands(subparsers)``.
@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns
     -------
     int
-        0 on success; 1 on a failure, 2 on a usage error or a file that is not a
-        snapshot (each with one line on stderr).
+        0 on success; 1 on a failure, 2 on a usage error (a bad flag, a malformed
+        URL or setting) or a file that is not a snapshot (each with one line on stderr).
 
     Examples
     --------
@@ -98,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         print(f"vecsched: {describe(exc)}", file=sys.stderr)
-        # 2: the input is not a snapshot at all; 1: anything else
-        return 2 if isinstance(exc, SnapshotError) else 1
+        # 2: how the command was called, or an input that is not a snapshot at all; 1: anything else
+        return 2 if isinstance(exc, (SnapshotError, SettingError)) else 1
 
 
 def _estimate(args: argparse.Namespace) -> int:

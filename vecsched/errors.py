@@ -23,6 +23,19 @@ class UserError(Exception):
     """
 
 
+class SettingError(UserError):
+    """A flag or environment setting that cannot be used (a malformed URL, a bad number).
+
+    The command line exits 2 for it, as for a bad flag: the fix is in how the
+    command was called, not in the data or the servers.
+
+    Examples
+    --------
+    >>> describe(SettingError("bad Redis URL: Port out of range 0-65535"))
+    'bad Redis URL: Port out of range 0-65535'
+    """
+
+
 # Optional drivers a database URL may need, and the extra that installs them.
 _DRIVER_EXTRAS = {
     "psycopg": "postgres",
@@ -99,18 +112,11 @@ def _sqlalchemy_kinds() -> tuple[type, ...]:
     return (sa_exc.DBAPIError,)
 
 
-def _sqlalchemy_url_kinds() -> tuple[type, ...]:
-    import sqlalchemy.exc as sa_exc
-
-    return (sa_exc.ArgumentError, sa_exc.NoSuchModuleError)
-
-
 _RULES = (
     (lambda: (UserError,), lambda e: str(e)),
     (lambda: (ModuleNotFoundError,), _missing_module),
     (_redis_kinds, _redis),
     (_sqlalchemy_kinds, _database),
-    (_sqlalchemy_url_kinds, lambda e: f"bad database URL: {_first_line(e)}"),
     (lambda: (json.JSONDecodeError,), lambda e: f"bad JSON: {e}"),
     (lambda: (OSError,), _os_error),
     (lambda: (ValueError,), _first_line),

@@ -137,7 +137,7 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
 
     Raises
     ------
-    vecsched.errors.UserError
+    vecsched.errors.SettingError
         When it is set but is not a finite number > 0.
 
     Examples
@@ -148,7 +148,7 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     from argparse import ArgumentTypeError
 
     from vecsched.arguments import seconds  # the --replay-every rule, so the two never differ
-    from vecsched.errors import UserError
+    from vecsched.errors import SettingError
 
     env = os.environ if env is None else env
     text = env.get("VECSCHED_REPLAY_EVERY", "").strip()
@@ -157,4 +157,4 @@ def replay_every(env: dict[str, str] | None = None) -> float | None:
     try:
         return seconds(text)
     except ArgumentTypeError:
-        raise UserError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}") from None
+        raise SettingError(f"VECSCHED_REPLAY_EVERY must be a number of seconds > 0, not {text!r}") from None

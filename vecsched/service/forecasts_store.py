@@ -50,10 +50,10 @@ class RedisPairs:
     """
 
     def __init__(self, client: Any, prefix: str = "vecsched"):
-        import redis
+        from vecsched.service.store.redis import redis_client
 
         if isinstance(client, str):
-            client = redis.Redis.from_url(client, socket_timeout=5, socket_connect_timeout=2)
+            client = redis_client(client)
         self.client = client
         self.prefix = prefix
         self._write = client.register_script(_WRITE_LUA)

@@ -165,7 +165,21 @@ def make_engine(url: str, *, pre_ping: bool = True) -> Engine:
     --------
     >>> make_engine("sqlite://").dialect.name
     'sqlite'
+    >>> make_engine("not a url")
+    Traceback (most recent call last):
+    ...
+    vecsched.errors.SettingError: bad database URL: Could not parse SQLAlchemy URL from given URL string
     """
+    from vecsched.errors import SettingError
+
+    try:
+        return _engine(url, pre_ping=pre_ping)
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError) as exc:
+        # SQLAlchemy's messages name the dialect or the part that failed, never the password.
+        raise SettingError(f"bad database URL: {str(exc).strip().splitlines()[0]}") from None
+
+
+def _engine(url: str, *, pre_ping: bool) -> Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"timeout": 30})
 

@@ -109,6 +109,31 @@ return {cur, redis.call('GET', ARGV[1] .. ':c:' .. cur .. ARGV[2])}
 """
 
 
+def redis_client(url: str) -> Any:
+    """A redis-py client for ``url``, with the timeouts every vecsched client uses.
+
+    A URL redis-py cannot parse is a :class:`vecsched.errors.SettingError` (the
+    command line exits 2); the message never carries the URL, which may hold a password.
+
+    Examples
+    --------
+    >>> redis_client("redis://127.0.0.1:6379/0").connection_pool.connection_kwargs["port"]
+    6379
+    >>> redis_client("redis://:secret@127.0.0.1:99999/0")
+    Traceback (most recent call last):
+    ...
+    vecsched.errors.SettingError: bad Redis URL: Port out of range 0-65535
+    """
+    import redis
+
+    from vecsched.errors import SettingError
+
+    try:
+        return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+    except ValueError as exc:
+        raise SettingError(f"bad Redis URL: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
 class RedisStore:
     """Publish cycles to Redis and read them back in one round trip.
 
@@ -137,10 +162,8 @@ class RedisStore:
     """
 
     def __init__(self, client: Any, prefix: str = "vecsched", chunk: int = 5000, bucketed: bool = True):
-        import redis
-
         if isinstance(client, str):
-            client = redis.Redis.from_url(client, socket_timeout=5, socket_connect_timeout=2)
+            client = redis_client(client)
         self.client = client
         self.prefix = prefix
         self.chunk = chunk
