@@ -65,6 +65,21 @@ def test_a_clock_jump_starts_a_new_horde(tmp_path: Path) -> None:
     assert online.any() and demo.sim.now == later
 
 
+def test_a_restarted_demo_never_reuses_the_ids_of_the_last_one(tmp_path: Path) -> None:
+    # Forecasts are recorded once per request id in the demo's own file: a new horde that
+    # reused the old ids would pair the old forecasts with its own outcomes.
+    import uuid
+
+    engine = _sql.make_engine(f"sqlite:///{tmp_path / 'demo.sqlite'}")
+    first = set(DemoHorde(engine, now=T0)(T0 + 5).requests.id)
+    again = set(DemoHorde(engine, now=T0)(T0 + 5).requests.id)
+    restarted = DemoHorde(engine, now=T0 + 60)(T0 + 65)
+    assert first and first == again  # one start is reproducible
+    assert not first & set(restarted.requests.id)
+    # ids as the horde's are, so the status route's horde paths and horde-sdk accept them
+    assert all(str(uuid.UUID(rid)) == rid for rid in [*restarted.requests.id, *restarted.workers.id])
+
+
 def _env(monkeypatch, tmp_path: Path) -> None:
     for name in ("VECSCHED_DATABASE_URL", "REDIS_URL", "VECSCHED_REDIS_PREFIX", "VECSCHED_ELIGIBLE_IMAGE_WAIT"):
         monkeypatch.delenv(name, raising=False)

@@ -133,7 +133,11 @@ class DemoHorde:
         from vecsched.simulate.scenarios import build, scenario
 
         demo = scenario(DEMO_SCENARIO, text_load=DEMO_LOAD, image_load=DEMO_LOAD)
-        self.sim, _ = build(demo, self.seed, math.inf, warmup=WARMUP, start=now - WARMUP)
+        # Ids of this start only: a restart on the old file must not meet the forecasts
+        # recorded under the last horde's ids (recorded once per id, they would pair with
+        # the new horde's outcomes).
+        self.sim, _ = build(demo, self.seed, math.inf, warmup=WARMUP, start=now - WARMUP,
+                            ids=f"demo/{self.seed}/{now!r}")
 
     def __call__(self, now: float) -> Snapshot:
         """Advance the horde to ``now``, write it into the database, and load it back.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+import uuid
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Callable
@@ -26,6 +27,8 @@ from vecsched.simulate.realism import Realism
 from vecsched.simulate.realism import apply as apply_realism
 from vecsched.simulate.realism import arrivals as realistic_arrivals
 from vecsched.simulate.realism import churn as realistic_churn
+
+_ID_NAMESPACE = uuid.UUID("6f1d2c9e-3b7a-5e40-9c1d-7a2b4e8f0c31")  # vecsched's own, for uuid5 ids
 
 _TEXT_LENGTHS = ((80, 3), (120, 5), (160, 8), (200, 12), (240, 12), (256, 15), (300, 15), (400, 10), (512, 20))
 _TEXT_CONTEXTS = ((1024, 10), (2048, 30), (4096, 35), (8192, 22), (16384, 3))
@@ -108,6 +111,7 @@ class Population:
     users: list[str] = field(default_factory=list)
     user_priority: dict[str, int] = field(default_factory=dict)
     rates: dict[int, float] = field(default_factory=dict)  # mean arrivals per second, per gentype (build)
+    ids: str | None = None  # the namespace of UUID ids (see build); None: short serial ids
     _n: int = 0
 
     def __post_init__(self) -> None:
@@ -126,7 +130,8 @@ class Population:
     # -- helpers --------------------------------------------------------------------
     def _next_id(self, prefix: str) -> str:
         self._n += 1
-        return f"{prefix}{self._n:06d}"
+        serial = f"{prefix}{self._n:06d}"
+        return serial if self.ids is None else str(uuid.uuid5(_ID_NAMESPACE, f"{self.ids}/{serial}"))
 
     def popular(self, gentype: int, k: int = 1) -> list[str]:
         """``k`` distinct models by popularity (Zipf over the scenario's models)."""
@@ -372,15 +377,21 @@ class Population:
 
 
 def build(scenario: Scenario, seed: int, minutes: float, warmup: float = 180.0,
-          tail: float = 0.0, *, start: float = EPOCH) -> tuple[Simulation, Population]:
+          tail: float = 0.0, *, start: float = EPOCH, ids: str | None = None) -> tuple[Simulation, Population]:
     """A simulation with the scenario's population and processes scheduled.
 
     Arrivals and churn run from ``start`` (epoch seconds) through ``warmup +
     minutes * 60 + tail`` seconds (``minutes`` may be infinite: a horde that
     never stops); nothing has happened yet (call ``sim.run_until``).
+
+    ``ids`` names the run: worker and request ids are then UUIDs, as the horde's
+    are, the same for the same ``ids`` and distinct across runs (a demo that
+    restarts on its old database must not reuse the ids its forecasts were
+    recorded under). Without it ids are short serials (``r000001``), as the
+    scoring and its dumps have always had them.
     """
     sim = Simulation(seed, start=start)
-    pop = Population(sim, scenario)
+    pop = Population(sim, scenario, ids=ids)
     if scenario.realism is not None:
         apply_realism(sim, pop, scenario.realism)
     end = sim.now + warmup + minutes * 60.0 + tail
