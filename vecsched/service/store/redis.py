@@ -115,6 +115,15 @@ def redis_client(url: str) -> Any:
     A URL redis-py cannot parse is a :class:`vecsched.errors.SettingError` (the
     command line exits 2); the message never carries the URL, which may hold a password.
 
+    Parameters
+    ----------
+    url : str
+        A ``redis://``, ``rediss://`` or ``unix://`` URL.
+
+    Returns
+    -------
+    redis.Redis
+
     Examples
     --------
     >>> redis_client("redis://127.0.0.1:6379/0").connection_pool.connection_kwargs["port"]
