@@ -47,6 +47,9 @@ DEFAULT_QUEUE_SIZE = 10_000
 BATCH = 500
 
 
+INT64 = (-(2**63), 2**63 - 1)
+
+
 def _instant(value: float | datetime | None) -> datetime:
     if value is None:
         return datetime.now(timezone.utc)
@@ -55,6 +58,8 @@ def _instant(value: float | datetime | None) -> datetime:
             raise ValueError("a naive datetime")
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        # Years 1-9999 only: nanoseconds or milliseconds passed as seconds overflow here (OSError,
+        # OverflowError or ValueError by platform), and the caller's call returns False.
         return datetime.fromtimestamp(float(value), tz=timezone.utc)
     raise ValueError("not a time")
 
@@ -62,7 +67,25 @@ def _instant(value: float | datetime | None) -> datetime:
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("not a string")
+    # Neither database stores a NUL or a lone surrogate: refused here, one event, not its whole batch.
+    if "\x00" in value:
+        raise ValueError("a NUL character")
+    value.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
     return value
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError("not an integer")
+    if not INT64[0] <= int(value) <= INT64[1]:
+        raise ValueError("out of range")
+    return int(value)
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str) or value not in (0, 1):  # True/False, 0/1 and NumPy's bools
+        raise ValueError("not true or false")
+    return bool(value)
 
 
 class EventRecorder:
@@ -93,7 +116,9 @@ class EventRecorder:
         atexit.register(_close_at_exit, weakref.ref(self))
 
     def _start_writer(self) -> None:
-        self.queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=self.maxsize)
+        self.queue: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue(maxsize=self.maxsize)
+        # A flag, not a marker in the queue: a full queue could refuse the marker and leave the writer running.
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vecsched-events", daemon=True)
         self._thread.start()
 
@@ -127,13 +152,13 @@ class EventRecorder:
                 "worker_state": _text(worker_state),
                 "request_id": _text(request_id),
                 "request_created": _instant(request_created),
-                "request_extra_priority": int(request_extra_priority),
-                "selected_from_priority_queue": bool(selected_from_priority_queue),
+                "request_extra_priority": _integer(request_extra_priority),
+                "selected_from_priority_queue": _flag(selected_from_priority_queue),
                 "dispatched_at": _instant(dispatched_at),
                 "assigned_work": work,
                 "priority_user_ids": [_text(u) for u in priority_user_ids],
             }
-        except (TypeError, ValueError, OverflowError):
+        except Exception:  # noqa: BLE001 - any malformed field drops the event, never raises into the pop
             return self._drop("invalid")
         return self._put("dispatch", row)
 
@@ -144,7 +169,7 @@ class EventRecorder:
         try:
             row = {"dispatch_id": _text(dispatch_id), "worker_id": _text(worker_id),
                    "returned_at": _instant(returned_at)}
-        except (TypeError, ValueError, OverflowError):
+        except Exception:  # noqa: BLE001 - as record_dispatch
             return self._drop("invalid")
         return self._put("return", row)
 
@@ -165,13 +190,20 @@ class EventRecorder:
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout  # one bound for the whole close
         self.flush(timeout)
-        try:
-            self.queue.put(None, timeout=timeout)
-        except queue.Full:
-            pass
-        self._thread.join(timeout)
-        left = sum(1 for item in list(self.queue.queue) if item is not None)
+        self._stop.set()
+        self._thread.join(max(deadline - time.monotonic(), 0.0))
+        # What is still queued is taken out before it is counted, so the writer (if a slow write still
+        # holds it) can never write an event this counts as dropped.
+        left = 0
+        while True:
+            try:
+                self.queue.get_nowait()
+            except queue.Empty:
+                break
+            self.queue.task_done()
+            left += 1
         if left:
             log.warning("%d scheduling events were not written before the recorder closed", left)
             self._drop("closed", left)
@@ -200,31 +232,45 @@ class EventRecorder:
         return True
 
     def _run(self) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                self.queue.task_done()
-                return
-            batch = [item]
+        while not self._stop.is_set():
+            try:
+                batch = [self.queue.get(timeout=0.1)]
+            except queue.Empty:
+                continue
             while len(batch) < BATCH:
                 try:
-                    nxt = self.queue.get_nowait()
+                    batch.append(self.queue.get_nowait())
                 except queue.Empty:
                     break
-                if nxt is None:
-                    self.queue.put_nowait(None)  # seen after this batch
-                    self.queue.task_done()
-                    break
-                batch.append(nxt)
             try:
-                self._write(batch)
-                self.written += len(batch)
-            except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad write
-                log.warning("writing %d scheduling events failed: %s", len(batch), type(exc).__name__)
-                self._drop("write_failed", len(batch))
+                self._write_or_split(batch)
             finally:
                 for _ in batch:
                     self.queue.task_done()
+
+    def _write_or_split(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        """Write ``batch``; if it fails for its data, each event alone, so one bad event drops only itself."""
+        import sqlalchemy.exc as sa_exc
+
+        try:
+            self._write(batch)
+            self.written += len(batch)
+            return
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            # The database is away: one event at a time would wait out a connect timeout each.
+            failed, reason = batch, type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad write
+            failed, reason = [], type(exc).__name__
+            for event in batch if len(batch) > 1 else ():
+                try:
+                    self._write([event])
+                    self.written += 1
+                except Exception:  # noqa: BLE001
+                    failed.append(event)
+            failed = failed if len(batch) > 1 else batch
+        if failed:
+            log.warning("writing %d scheduling events failed: %s", len(failed), reason)
+            self._drop("write_failed", len(failed))
 
     def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches, init_db
@@ -326,7 +372,7 @@ def record_dispatch(dispatch_id: str, **fields: Any) -> bool:
         return False
     try:
         return recorder.record_dispatch(dispatch_id, **fields)
-    except TypeError:  # a missing or unknown keyword
+    except Exception:  # noqa: BLE001 - a missing or unknown keyword; recording never raises into the horde
         return recorder._drop("invalid")
 
 
@@ -337,5 +383,5 @@ def record_capacity_return(dispatch_id: str, **fields: Any) -> bool:
         return False
     try:
         return recorder.record_capacity_return(dispatch_id, **fields)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - as record_dispatch
         return recorder._drop("invalid")

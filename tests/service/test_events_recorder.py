@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
 import vecsched.events
@@ -71,6 +72,79 @@ def test_a_failed_write_is_counted_and_the_writer_goes_on(sqlite_url: str) -> No
     recorder.close()
     with recorder.engine.connect() as conn:
         assert conn.execute(sa.select(capacity_returns.c.dispatch_id)).scalars().all() == ["d2"]
+
+
+@pytest.mark.parametrize("fields", [
+    {"returned_at": time.time_ns()},  # nanoseconds as seconds: OSError from datetime, once raised into the pop
+    {"returned_at": -1e17},
+    {"worker_id": "w\x00"},  # neither database stores a NUL
+    {"worker_id": "w\udc80"},  # nor a lone surrogate
+])
+def test_a_return_no_database_could_store_is_refused_at_the_call(sqlite_url: str, fields: dict) -> None:
+    recorder = EventRecorder(sqlite_url)
+    assert recorder.record_capacity_return("d", **{"worker_id": "w", "returned_at": 1.0, **fields}) is False
+    assert vecsched.events.record_capacity_return("d", **{"worker_id": "w", "returned_at": 1.0, **fields}) is False
+    recorder.close()
+    assert recorder.dropped["invalid"] == 1
+
+
+@pytest.mark.parametrize("fields", [
+    {"request_extra_priority": 3.9},  # was stored as 3
+    {"request_extra_priority": 2**70},  # once failed its whole batch
+    {"request_extra_priority": True},
+    {"selected_from_priority_queue": "no"},  # was stored as True
+    {"dispatched_at": time.time() * 1000},
+])
+def test_a_dispatch_field_the_loader_would_refuse_is_refused_at_the_call(sqlite_url: str, fields: dict) -> None:
+    recorder = EventRecorder(sqlite_url)
+    good = {"worker_id": "w", "request_id": "r", "request_created": 0.0, "assigned_work": 1.0,
+            "dispatched_at": 5.0, "request_extra_priority": 2, "selected_from_priority_queue": 1}
+    assert recorder.record_dispatch("ok", **good) is True
+    assert recorder.record_dispatch("bad", **{**good, **fields}) is False
+    recorder.close()
+    assert recorder.dropped == {"invalid": 1} and recorder.written == 1
+
+
+def test_one_event_the_database_refuses_drops_only_itself(sqlite_url: str) -> None:
+    # The writer inserts a batch in one transaction; a refused row used to take the other 499 with it.
+    engine = sa.create_engine(sqlite_url)
+    strict = sa.Table("capacity_returns", sa.MetaData(),
+                      *(sa.Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+                        for c in capacity_returns.columns),
+                      sa.CheckConstraint("worker_id != 'refused'"))
+    strict.create(engine)
+    recorder = EventRecorder(sqlite_url)
+    for k in range(300):
+        assert recorder.record_capacity_return(f"d{k}", worker_id="refused" if k == 150 else "w", returned_at=1.0)
+    recorder.close()
+    assert recorder.written == 299 and recorder.dropped == {"write_failed": 1}
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(strict)).scalar_one() == 299
+
+
+def test_close_keeps_one_bound_and_counts_every_event_once(tmp_path) -> None:
+    # A database that holds the writer past the timeout, and a full queue: close used to take three
+    # timeouts, leave the writer running for good, and count as dropped events it then wrote.
+    import sqlite3
+
+    path = tmp_path / "held.sqlite"
+    recorder = EventRecorder(f"sqlite:///{path}", maxsize=10)
+    assert recorder.record_capacity_return("warm", worker_id="w", returned_at=1.0) and recorder.flush()
+    hold = sqlite3.connect(path, isolation_level=None, timeout=1)
+    hold.execute("BEGIN EXCLUSIVE")
+    for k in range(30):
+        recorder.record_capacity_return(f"d{k}", worker_id="w", returned_at=2.0)
+        time.sleep(0.02 if k < 11 else 0.0)  # the writer takes its batch, then the queue fills
+    started = time.monotonic()
+    recorder.close(timeout=1.0)
+    closing = time.monotonic() - started
+    hold.execute("ROLLBACK")
+    hold.close()
+    recorder._thread.join(30)
+    assert closing < 2.5 and not recorder._thread.is_alive()
+    assert recorder.written + sum(recorder.dropped.values()) == 31
+    with recorder.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(capacity_returns)).scalar_one() == recorder.written
 
 
 def test_a_database_that_does_not_answer_never_holds_the_caller() -> None:
