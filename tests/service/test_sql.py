@@ -516,3 +516,21 @@ def test_a_dump_exports_every_event_row_not_a_cycles_ten_minutes(db_url: str, tm
     # The cycle itself still reads its ten minutes only.
     cycle = _sql.load_horde(_sql.make_engine(db_url), snap.now + 1200.0)
     assert len(cycle.capacity_returns) < len(snap.capacity_returns)
+
+
+def test_init_db_brings_an_older_database_up_to_date(db_url: str) -> None:
+    # A database made before waiting_prompts.kudos and the processing_gens index: init_db added
+    # missing columns to workers alone, and create_all makes indexes only with a new table, so
+    # every cycle failed on the missing column after an upgrade.
+    engine = _sql.make_engine(db_url)
+    _sql.init_db(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP INDEX ix_processing_gens_wp_id")
+        conn.exec_driver_sql("ALTER TABLE waiting_prompts DROP COLUMN kudos")
+    _sql.init_db(engine)
+    _sql.init_db(engine)  # idempotent
+    inspector = sa.inspect(engine)
+    assert "kudos" in {c["name"] for c in inspector.get_columns("waiting_prompts")}
+    assert "ix_processing_gens_wp_id" in {ix["name"] for ix in inspector.get_indexes("processing_gens")}
+    _insert_bad_rows(engine)
+    assert _sql.load_horde(engine, NOW.timestamp()).requests.id.tolist() == ["r-good"]

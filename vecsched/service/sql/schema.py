@@ -218,16 +218,23 @@ def _engine(url: str, *, pre_ping: bool) -> Engine:
 def init_db(engine: Engine) -> None:
     """Create the horde tables (and their indexes) that do not exist yet (idempotent).
 
-    An older database gains the tables added since, e.g. the event tables,
-    and a ``workers.state`` column if it lacks one; nothing is dropped.
+    An older database gains what was added since: tables (e.g. the event
+    tables), the nullable columns its tables lack (e.g. ``waiting_prompts.kudos``)
+    and their indexes (``create_all`` makes indexes only with a table it
+    creates); nothing is dropped or changed.
     """
     metadata.create_all(engine, checkfirst=True)
-    _add_missing_columns(engine, workers)
+    inspector = sa.inspect(engine)
+    for table in metadata.sorted_tables:
+        _add_missing_columns(engine, table, {c["name"] for c in inspector.get_columns(table.name)})
+        have = {ix["name"] for ix in inspector.get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in have:
+                index.create(engine, checkfirst=True)
 
 
-def _add_missing_columns(engine: Engine, table: sa.Table) -> None:
+def _add_missing_columns(engine: Engine, table: sa.Table, have: set[str]) -> None:
     """``ALTER TABLE ... ADD COLUMN`` for nullable columns an older schema lacks."""
-    have = {c["name"] for c in sa.inspect(engine).get_columns(table.name)}
     missing = [c for c in table.columns if c.name not in have and c.nullable]
     if not missing:
         return
