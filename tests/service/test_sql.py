@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +16,7 @@ from vecsched.service.config import default_database_url
 from vecsched.service.sql import generic as _generic, pg as _pg
 from vecsched.cli import main
 from vecsched.synthetic import horde
+from vecsched.snapshot.snapshot import Table
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
@@ -534,3 +537,31 @@ def test_init_db_brings_an_older_database_up_to_date(db_url: str) -> None:
     assert "ix_processing_gens_wp_id" in {ix["name"] for ix in inspector.get_indexes("processing_gens")}
     _insert_bad_rows(engine)
     assert _sql.load_horde(engine, NOW.timestamp()).requests.id.tolist() == ["r-good"]
+
+
+def test_a_time_past_year_9999_is_a_bad_cell_on_every_path(db_url: str) -> None:
+    # PostgreSQL's timestamp holds year 294000; SQLite's text, JSON and Python's datetime do not.
+    # Both PostgreSQL paths took it, and db dump then failed as a whole naming no row.
+    engine = _sql.make_engine(db_url)
+    _sql.init_db(engine)
+    _insert_bad_rows(engine)
+    far = "294000-01-01 00:00:00" + ("+00" if engine.dialect.name == "postgresql" else ".000000")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE waiting_prompts SET expiry = :far WHERE id = 'r-good'"), {"far": far})
+    for fast in (True, False):
+        snap = _sql.load_horde(engine, NOW.timestamp(), fast=fast)
+        assert "r-good" not in snap.requests.id.tolist()
+        assert [(e.id, e.field) for e in snap.rejected if e.id == "r-good"] == [("r-good", "expiry")]
+
+
+def test_a_never_expiring_request_survives_a_shift_to_now(tmp_path: Path) -> None:
+    from vecsched.snapshot.times import LATEST
+
+    snap = horde(workers=5, requests=20, seed=1)
+    expiry = snap.requests.columns["expiry"].copy()
+    expiry[0] = LATEST  # 9999-12-31T23:59:59Z, a horde's "never"
+    snap = dataclasses.replace(snap, requests=Table("requests", {**snap.requests.columns, "expiry": expiry}))
+    engine = _sql.make_engine(f"sqlite:///{tmp_path / 'h.sqlite'}")
+    _sql.import_snapshot(engine, snap, shift_to=snap.now + 86_400.0)  # once: "year 10000 is out of range"
+    loaded = _sql.load_horde(engine, snap.now + 86_400.0)
+    assert loaded.rejected == () and loaded.requests.expiry.max() == LATEST

@@ -69,6 +69,12 @@ def to_epoch(value: Any) -> float:
     raise TypeError(type(value).__name__)
 
 
+EARLIEST = -62_135_596_800.0
+"""0001-01-01T00:00:00Z in epoch seconds: the first instant a datetime (and so ISO text) holds."""
+LATEST = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: the last whole second a datetime holds (a "never expires" horde stores it)."""
+
+
 def iso(seconds: float) -> str:
     dt = datetime.fromtimestamp(seconds, tz=timezone.utc)
     text = dt.isoformat(timespec="microseconds" if seconds % 1 else "seconds")

@@ -24,6 +24,7 @@ from vecsched.service.sql.schema import (
 )
 from vecsched.snapshot.schema import TABLES
 from vecsched.snapshot.snapshot import ListColumn, Snapshot
+from vecsched.snapshot.times import EARLIEST, LATEST
 
 _CHUNK = 5000
 
@@ -126,4 +127,6 @@ def _insert(conn: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> No
 
 
 def _datetimes(seconds: np.ndarray) -> list[datetime | None]:
-    return [None if not math.isfinite(s) else datetime.fromtimestamp(s, tz=timezone.utc) for s in seconds.tolist()]
+    # A shifted "never" (9999-12-31) stays the last instant a datetime holds instead of failing the load.
+    clipped = np.clip(seconds, EARLIEST, LATEST).tolist()
+    return [None if not math.isfinite(s) else datetime.fromtimestamp(s, tz=timezone.utc) for s in clipped]
