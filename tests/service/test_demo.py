@@ -80,6 +80,25 @@ def test_a_restarted_demo_never_reuses_the_ids_of_the_last_one(tmp_path: Path) -
     assert all(str(uuid.UUID(rid)) == rid for rid in [*restarted.requests.id, *restarted.workers.id])
 
 
+def test_a_finished_demo_request_reads_done_with_its_generations_finished(tmp_path: Path) -> None:
+    # The demo kept a finished request's row without its jobs: the status route answered done with
+    # one generation still waiting, and the forecast tracker recorded each one as cancelled.
+    from vecsched.service.progress import DatabaseProgress
+
+    url = f"sqlite:///{tmp_path / 'demo.sqlite'}"
+    engine = _sql.make_engine(url)
+    demo = DemoHorde(engine, now=T0)
+    demo(T0 + 120)
+    with engine.connect() as conn:
+        ended = conn.execute(sa.text("select id from waiting_prompts where not active")).scalars().all()
+    assert ended
+    progress = DatabaseProgress(url)
+    for rid in ended:
+        row = progress.read(rid)
+        assert row.done and row.waiting == 0 and row.finished == row.jobs > 0
+    progress.close()
+
+
 def _env(monkeypatch, tmp_path: Path) -> None:
     for name in ("VECSCHED_DATABASE_URL", "REDIS_URL", "VECSCHED_REDIS_PREFIX", "VECSCHED_ELIGIBLE_IMAGE_WAIT"):
         monkeypatch.delenv(name, raising=False)

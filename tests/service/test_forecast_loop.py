@@ -401,3 +401,27 @@ def test_the_replay_calibration_is_read_once_per_refresh_and_not_at_all_without_
     finally:
         disable()
     assert len(reads) == 1
+
+
+def test_a_finished_row_without_its_jobs_completes_and_a_rejected_row_is_not_cancelled(redis_store) -> None:
+    # The demo kept a finished request's row (inactive, n = 0) without its jobs: the tracker took
+    # "inactive, no finished job" for a cancellation, the status route read the same row as done.
+    # And a row the loader rejected for one cycle was taken for gone, so cancelled for good.
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+    from vecsched.service.job import run_cycle
+
+    t0 = round(time.time())
+    d, e = _req("d", t0), _req("e", t0)
+    job = {"id": "je", "request_id": "e", "worker_id": "w1", "started": _iso(t0 + 10), "state": "processing"}
+    cycles = [
+        (t0, [d, e], []),
+        (t0 + 30, [dict(d, n=0, active=False), dict(e, n=0, kudos=-1)], [dict(job)]),  # e's row: a bad cell
+        (t0 + 60, [dict(e, n=0)], [dict(job, state="finished")]),
+    ]
+    tracker = ForecastTracker(recorder_for(redis_store))
+    for now, requests, jobs in cycles:
+        snap = _snapshot(now, requests, jobs)
+        assert run_cycle(lambda _now, s=snap: s, redis_store, lambda n=now: n, forecasts=tracker).ok
+    backend = tracker.recorder.backend
+    assert float(backend.record("d")["completed_at"]) == t0 + 30 and "cancelled_at" not in backend.record("d")
+    assert float(backend.record("e")["completed_at"]) == t0 + 60 and "cancelled_at" not in backend.record("e")

@@ -165,21 +165,30 @@ class DemoHorde:
     def _keep_finished_rows(self) -> None:
         # A horde keeps a finished request's row (inactive) for a while, so its
         # status reads "done"; the simulator's snapshot holds waiting ones only.
+        # Its finished jobs stay beside it, as the horde's do: without them the row
+        # read "done" with one generation still waiting, and the forecast tracker,
+        # seeing an inactive request that finished no job, recorded a cancellation.
         from datetime import datetime, timezone
 
-        from vecsched.service.sql import waiting_prompts
-        from vecsched.snapshot.schema import GENTYPES
+        from vecsched.service.sql import processing_gens, waiting_prompts
+        from vecsched.snapshot.schema import GENTYPES, JOB_STATES
 
         def at(t: float) -> datetime:
             return datetime.fromtimestamp(t, tz=timezone.utc)
 
+        done = [r for r in self.sim.requests.values()
+                if r.status == "done" and r.completed_at >= self.sim.now - KEEP_DONE]
         rows = [{"id": r.id, "user_id": r.user_id, "gentype": GENTYPES[r.gentype], "created": at(r.created),
                  "expiry": at(r.expiry), "n": 0, "jobs": r.jobs, "active": False, "faulted": False}
-                for r in self.sim.requests.values()
-                if r.status == "done" and r.completed_at >= self.sim.now - KEEP_DONE]
+                for r in done]
+        jobs = [{"id": job.id, "wp_id": r.id, "worker_id": job.worker.id, "started": at(job.started),
+                 "state": JOB_STATES[job.state]}
+                for r in done for job in (self.sim.jobs[j] for j in r.job_ids if j in self.sim.jobs)]
         if rows:
             with self.engine.begin() as conn:
                 conn.execute(waiting_prompts.insert(), rows)
+                if jobs:
+                    conn.execute(processing_gens.insert(), jobs)
 
     def _forget_the_past(self) -> None:
         # The demo runs for days: keep only what a snapshot still shows.

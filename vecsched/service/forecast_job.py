@@ -178,6 +178,8 @@ class ForecastTracker:
         if len(t) == 0:
             return 0
         state = _request_state(snapshot, t.index)
+        # A row the loader rejected this cycle is unknown, not gone: judged again when it loads.
+        unknown = t.index.isin([e.id for e in snapshot.rejected if e.table == "requests"])
         # The horde moves a request's expiry on as it hands out jobs: judge by the row's own, while it has one.
         expiry = np.where(state["present"], state["expiry"], t["expiry"].to_numpy())
         moved = expiry > t["expiry"].to_numpy()
@@ -195,8 +197,12 @@ class ForecastTracker:
         gone_or_off = ~state["present"] | ~state["active"]
         done = state["present"] & (state["n"] == 0) & state["all_finished"]
         done |= ~state["present"] & state["any_finished"] & (state["processing"] == 0)
-        expired = ~started & (now >= expiry) & ~done
-        cancelled = gone_or_off & ~done & ~expired & ~state["any_finished"]
+        # Inactive with every generation handed out and none processing: finished, as the status
+        # route reads it, even where the horde no longer keeps the finished jobs' rows.
+        done |= state["ended"] & (state["n"] == 0) & (state["total"] > 0) & (state["processing"] == 0)
+        done &= ~unknown
+        expired = ~started & (now >= expiry) & ~done & ~unknown
+        cancelled = gone_or_off & ~done & ~expired & ~state["any_finished"] & ~unknown
         events += _rows(t.index[done], "completed_at", np.full(int(done.sum()), now), expiry[done])
         events += _rows(t.index[expired], "expired_without_start", expiry[expired], expiry[expired])
         events += _rows(t.index[cancelled], "cancelled_at", np.full(int(cancelled.sum()), now), expiry[cancelled])
@@ -220,6 +226,7 @@ def _request_state(snapshot: Any, ids: pd.Index) -> dict[str, np.ndarray]:
     present = at >= 0
     safe = np.maximum(at, 0)
     active = np.where(present, r.active[safe] if len(r) else False, False).astype(bool)
+    faulted = np.where(present, r.faulted[safe] if len(r) else False, False).astype(bool)
     expiry = np.where(present, r.expiry[safe] if len(r) else np.nan, np.nan)
     n = np.where(present, r.n[safe] if len(r) else 0, 0)
     total = np.where(present, r.jobs[safe] if len(r) else 0, 0)
@@ -235,6 +242,8 @@ def _request_state(snapshot: Any, ids: pd.Index) -> dict[str, np.ndarray]:
     return {
         "present": present,
         "active": active,
+        "ended": present & ~active & ~faulted,
+        "total": total,
         "expiry": expiry,
         "n": n,
         "has_job": count > 0,
