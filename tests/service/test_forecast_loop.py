@@ -109,6 +109,30 @@ def test_every_order_pairs_and_validates_once(backend: object, case: str) -> Non
             assert by_phase["stall"].gentype == "image"
 
 
+def test_a_pair_whose_store_failed_is_stored_by_the_next_write(backend: object) -> None:
+    # The claim came first: when adding the pairs then failed (a Redis timeout), every later write
+    # found them claimed, and the start and stall pairs were lost for good.
+    real_add = backend.add_pairs  # type: ignore[attr-defined]
+
+    def failing(pairs: object) -> None:
+        raise ConnectionError("the store timed out")
+
+    recorder = ForecastRecorder(backend)  # type: ignore[arg-type]
+    observed: list[object] = []
+    recorder.observe = observed.extend
+    t0 = time.time()
+    recorder.record_forecasts([("r", "text", t0 + 700.0, {"x": FORECAST})], now=t0 + 100.0)
+    backend.add_pairs = failing  # type: ignore[attr-defined]
+    with pytest.raises(ConnectionError):
+        recorder.record_outcomes([("r", "started_at", t0 + 130.0, t0 + 700.0)])
+    backend.add_pairs = real_add  # type: ignore[attr-defined]
+    recorder.record_outcomes([("r", "started_at", t0 + 130.0, t0 + 700.0)])  # the job's next cycle
+    recorder.record_outcomes([("r", "started_at", t0 + 130.0, t0 + 700.0)])  # and one more: no repeats
+    got = Counter(p.phase for p in backend.pairs(0, 1e12))  # type: ignore[attr-defined]
+    assert got == Counter({"forecast": 1, "start": 1, "stall": 1})
+    assert Counter(p.phase for p in observed) == got  # counted once each, by the write that claimed it
+
+
 def test_start_before_the_first_sighting_pairs_no_start(backend: object) -> None:
     recorder = ForecastRecorder(backend)  # type: ignore[arg-type]
     t0 = time.time()

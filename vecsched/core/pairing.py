@@ -299,21 +299,31 @@ class ForecastRecorder:
         if not writes:
             return []
         records = self.backend.write(writes)
-        candidates = [c for w, rec in zip(writes, records) for c in candidate_pairs(w.request_id, rec)]
-        if not candidates:
+        # Pairs not claimed yet, as this write sees its records.
+        pending = [c for w, rec in zip(writes, records) for c in candidate_pairs(w.request_id, rec)
+                   if c[0] not in rec]
+        if not pending:
             return []
-        won = self.backend.claim([(p.request_id, field) for field, p in candidates])
-        pairs = [p for (_, p), ok in zip(candidates, won) if ok]
-        if pairs:
-            self.backend.add_pairs(pairs)
-            if self.observe is not None:
-                self.observe(pairs)
+        # Stored before they are claimed: adding a pair is idempotent (one per estimator, gentype,
+        # phase and request), so a write that fails between the two leaves the pair to the next
+        # write, where a claim that came first would have lost it for good. The claim then
+        # decides which writer counts it.
+        self.backend.add_pairs([p for _, p in pending])
+        won = self.backend.claim([(p.request_id, field) for field, p in pending])
+        pairs = [p for (_, p), ok in zip(pending, won) if ok]
+        if pairs and self.observe is not None:
+            self.observe(pairs)
         return pairs
 
 
 # ---------------------------------------------------------------------------------
 # Backends
 # ---------------------------------------------------------------------------------
+
+
+def _pair_key(pair: Pair) -> tuple[str, str, str, str]:
+    """What makes a pair one: a request's phase, per estimator and gentype (the SQL table's key)."""
+    return pair.estimator, pair.gentype, pair.phase, pair.request_id
 
 
 class MemoryPairs:
@@ -329,6 +339,7 @@ class MemoryPairs:
     def __init__(self) -> None:
         self._records: dict[str, dict[str, str]] = {}
         self._pairs: list[Pair] = []
+        self._keys: set[tuple[str, str, str, str]] = set()
         self._verdicts: list[tuple[float, dict[str, Any]]] = []
         self._lock = threading.Lock()
 
@@ -353,7 +364,10 @@ class MemoryPairs:
 
     def add_pairs(self, pairs: Sequence[Pair]) -> None:
         with self._lock:
-            self._pairs.extend(pairs)
+            for p in pairs:
+                if _pair_key(p) not in self._keys:
+                    self._keys.add(_pair_key(p))
+                    self._pairs.append(p)
 
     def pairs(self, since: float, until: float) -> list[Pair]:
         with self._lock:
@@ -362,6 +376,7 @@ class MemoryPairs:
     def trim(self, before: float, now: float | None = None) -> None:
         with self._lock:
             self._pairs = [p for p in self._pairs if p.at >= before]
+            self._keys = {_pair_key(p) for p in self._pairs}
 
     def add_verdict(self, at: float, verdict: Mapping[str, Any]) -> None:
         with self._lock:
