@@ -449,3 +449,46 @@ def test_a_finished_row_without_its_jobs_completes_and_a_rejected_row_is_not_can
     backend = tracker.recorder.backend
     assert float(backend.record("d")["completed_at"]) == t0 + 30 and "cancelled_at" not in backend.record("d")
     assert float(backend.record("e")["completed_at"]) == t0 + 60 and "cancelled_at" not in backend.record("e")
+
+
+def test_readers_of_a_fresh_forecast_database_make_no_tables_and_race_no_writer(pg_url) -> None:
+    # vecsched promotion (a report) ran CREATE TABLE in whatever database it read, the horde's
+    # included, and several first readers on a fresh PostgreSQL raced the job's CREATE TABLE
+    # (duplicate key on pg_type): that cycle's forecasts were then recorded late.
+    import threading
+
+    import sqlalchemy as sa
+
+    from vecsched.service.forecasts_sql import SQLPairs, fields_table
+
+    readers = [SQLPairs(pg_url) for _ in range(4)]
+    assert readers[0].pairs(0, 1e12) == [] and readers[0].verdicts(0) == [] and readers[0].record("r") == {}
+    assert not sa.inspect(readers[0].engine).has_table(fields_table.name)
+    writers = [ForecastRecorder(SQLPairs(pg_url)) for _ in range(2)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(readers) + len(writers))
+
+    def read(backend: SQLPairs) -> None:
+        barrier.wait()
+        try:
+            backend.pairs(0, 1e12), backend.verdicts(0)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    def write(recorder: ForecastRecorder) -> None:
+        barrier.wait()
+        try:
+            recorder.record_forecasts([("r", "text", time.time() + 700.0, {"x": FORECAST})], now=time.time())
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=read, args=(b,)) for b in readers]
+    threads += [threading.Thread(target=write, args=(w,)) for w in writers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert [p.phase for p in readers[0].pairs(0, 1e12)] == ["forecast"]
+    for backend in [*readers, *(w.backend for w in writers)]:
+        backend.engine.dispose()

@@ -85,14 +85,28 @@ class SQLPairs:
 
             engine = make_engine(engine)
         self.engine = engine
-        self._ready = False
+        self._ready = False  # tables made (and widened) by this writer
+        self._seen = False  # tables seen by a reader
 
     def _ensure(self) -> None:
+        """Make the tables (writers only: a report must never run DDL in the database it reads)."""
         if not self._ready:
-            metadata.create_all(self.engine)
+            try:
+                metadata.create_all(self.engine)
+            except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+                # Another job process made them at the same instant (PostgreSQL's catalog refuses
+                # the second CREATE TABLE): they exist now, which is what was wanted.
+                metadata.create_all(self.engine)
             if self.engine.dialect.name == "postgresql":
                 _widen_request_ids(self.engine)
             self._ready = True
+
+    def _readable(self) -> bool:
+        """Whether the tables exist; a reader of a database no job has written to reads nothing."""
+        if not (self._ready or self._seen):
+            inspector = sa.inspect(self.engine)
+            self._seen = all(inspector.has_table(t.name) for t in metadata.sorted_tables)
+        return self._ready or self._seen
 
     def write(self, writes: Sequence[Write]) -> list[dict[str, str]]:
         self._ensure()
@@ -151,7 +165,8 @@ class SQLPairs:
             conn.execute(_insert_ignore(self.engine, pairs_table), rows)
 
     def pairs(self, since: float, until: float) -> list[Pair]:
-        self._ensure()
+        if not self._readable():
+            return []
         t = pairs_table
         with self.engine.connect() as conn:
             got = conn.execute(sa.select(t.c.estimator, t.c.gentype, t.c.phase, t.c.data, t.c.at)
@@ -172,14 +187,16 @@ class SQLPairs:
             conn.execute(_insert_ignore(self.engine, verdicts_table), [{"at": at, "data": json.dumps(verdict)}])
 
     def verdicts(self, since: float) -> list[tuple[float, dict[str, Any]]]:
-        self._ensure()
+        if not self._readable():
+            return []
         t = verdicts_table
         with self.engine.connect() as conn:
             got = conn.execute(sa.select(t.c.at, t.c.data).where(t.c.at >= since).order_by(t.c.at)).all()
         return [(float(at), json.loads(data)) for at, data in got]
 
     def record(self, request_id: str) -> dict[str, str]:
-        self._ensure()
+        if not self._readable():
+            return {}
         f = fields_table
         with self.engine.connect() as conn:
             return dict(conn.execute(sa.select(f.c.field, f.c.value).where(f.c.request_id == request_id)).all())
