@@ -309,3 +309,31 @@ def test_requests_still_owed_at_stop_are_recorded_missed() -> None:
         doc = _forecast(backend, rid)
         assert doc["missed"] is True and doc["start_p50"] is None
         assert doc["forecasted_at"] == {"a": 1000.0, "b": 1005.0}[rid] and doc.get("late_s") == late
+
+
+def test_a_first_sighting_the_store_missed_is_owed_to_the_lane_from_that_sighting(tmp_path) -> None:
+    # A cycle that failed to record its new requests is retried by the next one, which stamps the
+    # other estimators at the true first sighting (late_s after it); the lane was owed the request
+    # at the retry's time, so the replay's forecast looked on time from a later snapshot.
+    class DownOnce(MemoryPairs):
+        down = True
+
+        def write(self, writes: Any) -> Any:
+            if self.down:
+                self.down = False
+                raise ConnectionError("the store is down")
+            return super().write(writes)
+
+    t0 = float(round(time.time()))
+    tracker = forecast_tracker(SQLStore(f"sqlite:///{tmp_path / 'job.sqlite'}"), replay_every=1000.0)
+    tracker.recorder.backend = backend = DownOnce()
+    published = SQLStore(f"sqlite:///{tmp_path / 'pub.sqlite'}")
+    for now in (t0, t0 + 30):
+        snap = _snapshot(now, [_req("r1", t0)])
+        run_cycle(lambda _now, s=snap: s, published, lambda n=now: n, forecasts=tracker)
+    published.close()
+    assert tracker.lane.owed().loc["r1", "first_seen"] == t0
+    tracker.lane.run_pending()
+    for name in (NAME, "eligible-share-v1"):
+        forecast = _forecast(backend, "r1", name)
+        assert (forecast["forecasted_at"], forecast["late_s"]) == (t0, 30.0), name

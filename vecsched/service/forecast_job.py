@@ -166,7 +166,7 @@ class ForecastTracker:
             raise
         self.unrecorded = self.unrecorded[~self.unrecorded.index.isin(ids[new])]
         if self.lane is not None and estimates.deferred is not None:  # else the replay ran in this estimate
-            self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now)
+            self.lane.owe(ids[new].tolist(), gentype.tolist(), expiry, now, first_seen=seen)
         jobless = ~ids[new].isin(snapshot.jobs.request_id)
         added = pd.DataFrame({"expiry": expiry, "started": np.zeros(len(new), dtype=bool), "seen": seen,
                               "jobless": jobless}, index=ids[new])

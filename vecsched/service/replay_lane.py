@@ -75,13 +75,19 @@ class ReplayLane:
         self._stopping = False
         self._thread: threading.Thread | None = None
 
-    def owe(self, ids: Sequence[str], gentype: Sequence[str], expiry: np.ndarray, now: float) -> None:
-        """Requests first seen waiting by the cycle at ``now``: each is owed one forecast of every deferred name.
+    def owe(self, ids: Sequence[str], gentype: Sequence[str], expiry: np.ndarray, now: float,
+            first_seen: Any = None) -> None:
+        """Requests recorded by the cycle at ``now``: each is owed one forecast of every deferred name.
+
+        ``first_seen``: each request's first sighting (seconds, one or one per id; default ``now``).
+        It is earlier than ``now`` for a request whose record an earlier cycle failed to write: its
+        replay forecast is then late from that sighting, like every other estimator's.
 
         Requests owed past their expiry and the recorder's grace are let go: their record is gone from
         the store, so no forecast of them could be written (this bounds the list when replays fail).
         """
-        added = pd.DataFrame({"first_seen": np.full(len(ids), float(now)), "gentype": list(gentype),
+        seen = np.broadcast_to(np.asarray(now if first_seen is None else first_seen, dtype=float), (len(ids),))
+        added = pd.DataFrame({"first_seen": seen.copy(), "gentype": list(gentype),
                               "expiry": np.asarray(expiry, dtype=float)}, index=pd.Index(ids, dtype=object))
         with self._lock:
             owed = self._owed[self._owed["expiry"].to_numpy() + self.recorder.grace >= now]
