@@ -25,6 +25,7 @@ True
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -96,7 +97,13 @@ class OutcomeWriter:
         rows, bad = [], 0
         for rid, field, at, expiry in batch:
             try:
-                rows.append((str(rid), field, float(at), None if expiry is None else float(expiry)))
+                row = (str(rid), field, float(at), None if expiry is None else float(expiry))
+                # inf or nan would fail the batch in the store (or leave a record that never expires)
+                # and, written once, block the request's real outcome: dropped alone, here.
+                if not math.isfinite(row[2]) or (row[3] is not None and not math.isfinite(row[3])):
+                    raise ValueError("not a finite time")
+                row[0].encode("utf-8")  # a lone surrogate no store can hold
+                rows.append(row)
             except Exception:  # noqa: BLE001 - a malformed event is dropped alone, never raised
                 bad += 1
         if bad:

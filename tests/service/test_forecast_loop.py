@@ -159,6 +159,27 @@ def test_ttl_covers_expiry_plus_grace_and_never_shrinks(redis_pairs: RedisPairs)
     assert redis_pairs.client.ttl(redis_pairs.key("t2")) >= 3000 + 600 - 5
 
 
+def test_an_outcome_at_no_finite_time_is_dropped_alone(redis_pairs: RedisPairs) -> None:
+    # inf and nan passed float(): the store's script failed after its first writes, so the whole
+    # batch counted as dropped, its good outcomes paired nothing, and the bad record never expired.
+    from vecsched import outcomes
+
+    recorder = ForecastRecorder(redis_pairs)
+    now = time.time()
+    recorder.record_forecasts([(f"o{k}", "text", now + 600, {"x": FORECAST}) for k in range(4)], now=now)
+    writer = outcomes.configure(recorder)
+    try:
+        for rid, at in (("o0", now + 10), ("o1", float("inf")), ("o2", float("nan")), ("o3", now + 20)):
+            assert outcomes.record_start(rid, at=at)
+        assert writer.flush()
+        assert writer.dropped == {"processing_error": 2}
+    finally:
+        outcomes.configure(None)
+    started = {p.request_id for p in redis_pairs.pairs(0, 1e12) if p.phase == "start"}
+    assert started == {"o0", "o3"}
+    assert all(redis_pairs.client.ttl(redis_pairs.key(f"o{k}")) > 0 for k in range(4))
+
+
 def test_outcomes_api_never_blocks_and_counts_a_full_queue() -> None:
     import threading
 
