@@ -54,6 +54,8 @@ def test_unreachable_database(capsys) -> None:
     (["run", "--once", "--no-demo", "--db", "postgresql://u:s3cret@db:port/horde"], "bad database URL"),
     (["status", "x", "--redis", "redis://:s3cret@127.0.0.1:99999/0"], "bad Redis URL"),
     (["status", "x", "--redis", "http://u:s3cret@127.0.0.1/0"], "bad Redis URL"),
+    (["promotion", "--db", "not a url"], "bad database URL"),
+    (["promotion", "--redis", "redis://:s3cret@127.0.0.1:99999/0"], "bad Redis URL"),
 ])
 def test_a_malformed_url_is_a_usage_error_that_keeps_its_password(capsys, argv, says) -> None:
     line = one_line_failure(capsys, argv, code=2)
@@ -82,8 +84,18 @@ def test_bad_json_argument(capsys) -> None:
                                   ["run", "--interval", "1e300"],  # once overflowed the scheduler's int
                                   ["run", "--replay-every", "1e300"],
                                   ["run", "--stall-refresh", "-1"],
-                                  ["top", "-n", "-3"]])
+                                  ["top", "-n", "-3"],
+                                  ["serve", "--port", "70000"],  # once logged "serving on ...:70000", then overflowed
+                                  ["serve", "--port", "-1"],
+                                  ["simulate", "steady", "--every", "0"],  # once a ZeroDivisionError
+                                  ["simulate", "steady", "--minutes", "nan"],
+                                  ["simulate", "steady", "--minutes", "-1"],  # once exit 0 and an empty table
+                                  ["synth", "--now", "garbage", "-o", "x.json"],
+                                  ["synth", "--now", "2026-11-29T12:00:00", "-o", "x.json"],  # no zone
+                                  ["db", "dump", "--now", "garbage", "-o", "x.json"],
+                                  ["db", "load", "x.json", "--shift-to-now", "--keep-times"]])
 def test_out_of_range_number(capsys, argv: list[str]) -> None:
+    # (the name is historical: every argument argparse can judge alone, numbers, times and pairs of flags)
     line = one_line_failure(capsys, argv, code=2)
     assert "error: argument" in line
 
@@ -209,3 +221,17 @@ def test_run_hands_its_stall_refresh_to_the_job(tmp_path: Path, monkeypatch, arg
     url = f"sqlite:///{tmp_path / 'h.sqlite'}"
     assert main(["run", "--no-demo", "--no-seed", "--db", url, "--redis", "", *argv]) == 0
     assert seen["stall_refresh"] == refresh
+
+
+def test_serve_refuses_a_port_another_server_listens_on(capsys, tmp_path: Path) -> None:
+    # granian binds with port reuse: a second serve on a busy port started without a word, and
+    # clients got answers from the two servers (two stores) in turn.
+    import socket
+
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as granian's own listener
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_failure(capsys, ["serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"])
+    assert f"--port {port}" in line and "in use" in line

@@ -154,3 +154,25 @@ def port_number(text: str) -> int:
     argparse.ArgumentTypeError: 70000 is not a port number 1..65535
     """
     return _number(text, int, minimum=1, strict=False, maximum=65535, what="a port number 1..65535")
+
+
+def instant(text: str) -> float:
+    """An argparse type: an ISO 8601 time with its zone, as epoch seconds.
+
+    Examples
+    --------
+    >>> instant("2026-11-29T12:00:00Z")
+    1795953600.0
+    >>> instant("2026-11-29T12:00:00")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: 2026-11-29T12:00:00 is not a time in ISO 8601 with its zone (e.g. 2026-11-29T12:00:00Z)
+    """
+    from vecsched.snapshot.times import to_epoch
+
+    try:
+        return to_epoch(text)
+    except (TypeError, ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a time in ISO 8601 with its zone (e.g. 2026-11-29T12:00:00Z)") from None
+

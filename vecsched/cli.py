@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Sequence
 
-from vecsched.arguments import Parser, non_negative_int
+from vecsched.arguments import Parser, instant, non_negative_int
 from vecsched.errors import SettingError, describe
 from vecsched.snapshot.snapshot import SnapshotError
 
@@ -59,7 +59,7 @@ def build_parser() -> Parser:
     p.add_argument("--workers", type=non_negative_int, default=150, help="worker rows (text and image)")
     p.add_argument("--requests", type=non_negative_int, default=3000, help="request rows (text and image)")
     p.add_argument("--seed", type=int, default=0, help="random seed: the same seed gives the same horde")
-    p.add_argument("--now", nargs="?", const="now", metavar="TIME",
+    p.add_argument("--now", nargs="?", const="now", metavar="TIME", type=_instant_or_now,
                    help="stamp the snapshot at TIME (ISO 8601 with zone), or at the current time when "
                         "given alone (default: the fixed instant 2026-11-29T12:00:00Z)")
     p.add_argument("-o", "--output", required=True, help="the snapshot JSON file to write")
@@ -68,6 +68,11 @@ def build_parser() -> Parser:
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
     return parser
+
+
+def _instant_or_now(text: str) -> float | str:
+    # argparse passes the bare flag's const ("now") through the type too.
+    return text if text == "now" else instant(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

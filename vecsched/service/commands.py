@@ -49,6 +49,8 @@ def add_commands(sub: Any) -> None:
 
 
 def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
+    from vecsched.arguments import instant
+
     db = sub.add_parser("db", help="the horde database: init, load (import), dump (export)")
     dbsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     p = dbsub.add_parser("init", help="create the horde tables")
@@ -57,9 +59,10 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
     p = dbsub.add_parser("load", help="import a snapshot JSON file into the horde tables")
     p.add_argument("snapshot", help="snapshot JSON file (vecsched.snapshot/1)")
     p.add_argument("--append", action="store_true", help="keep the rows already there")
-    p.add_argument("--shift-to-now", action="store_true",
-                   help="move every time of the snapshot so that its 'now' is the current time")
-    p.add_argument("--keep-times", action="store_true",
+    times = p.add_mutually_exclusive_group()
+    times.add_argument("--shift-to-now", action="store_true",
+                       help="move every time of the snapshot so that its 'now' is the current time")
+    times.add_argument("--keep-times", action="store_true",
                    help=f"load a snapshot older than {OLD_SNAPSHOT / 3600:g} h with its times unchanged")
     common(p, redis=False)
     p.set_defaults(func=_db_load)
@@ -68,7 +71,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
     p.set_defaults(func=_db_check)
     p = dbsub.add_parser("dump", help="export the horde tables as a snapshot JSON file")
     p.add_argument("-o", "--output", required=True, help="the snapshot JSON file to write")
-    p.add_argument("--now", help="snapshot instant (ISO 8601 with zone; default: the current time)")
+    p.add_argument("--now", type=instant, help="snapshot instant (ISO 8601 with zone; default: the current time)")
     common(p, redis=False)
     p.set_defaults(func=_db_dump)
 
@@ -106,12 +109,12 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--stall-refresh", type=non_negative_float, default=60.0, metavar="SECONDS",
                    help="compute a request's might_stall sums again each SECONDS of its age, as the horde keeps "
                         "them 60 s; whether a job is in flight, its eligible threads and the evidence are judged "
-                        "every cycle; 0: every request's sums every cycle (default: 60.0)")
+                        "every cycle; 0: every request's sums every cycle")
     p.add_argument("--metrics", choices=("none", "console", "prometheus"), default="none",
-                   help="OpenTelemetry metrics: none (default), console (JSON to stdout), prometheus")
+                   help="OpenTelemetry metrics: none, console (JSON to stdout) or prometheus")
 
     p.add_argument("--metrics-port", type=port_number, default=9464,
-                   help="Prometheus scrape port, 1..65535 (default 9464)")
+                   help="Prometheus scrape port, 1..65535")
     common(p)
     p.set_defaults(func=_run)
 
@@ -148,14 +151,14 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import positive_float
+    from vecsched.arguments import port_number, positive_float
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port to listen on (default: 8080)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=port_number, default=8080, help="port to listen on")
     p.add_argument("--processes", type=_at_least_one, default=2,
-                   help="server processes; not --workers, which are the horde's (default: 2)")
-    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process (default: 8)")
+                   help="server processes; not --workers, which are the horde's")
+    p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process")
     p.add_argument("--max-age", type=positive_float,
                    help="seconds after which figures are stale (default: three refresh intervals)")
     p.add_argument("--live-progress", action="store_true",
@@ -163,7 +166,7 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
                         "request the cycle holds answers from the cycle alone, as of the cycle (docs/http.md)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   help="log level; no level logs request lines, which hold ids (default: INFO)")
+                   help="log level; no level logs request lines, which hold ids")
     _add_publish_option(p)
     common(p)
     p.set_defaults(func=_serve)
@@ -244,10 +247,9 @@ def _db_load(args: argparse.Namespace) -> int:
 
 
 def _db_dump(args: argparse.Namespace) -> int:
-    from vecsched.snapshot.times import to_epoch
     from vecsched.service.sql import load_horde, make_engine
 
-    now = to_epoch(args.now) if args.now else time.time()
+    now = args.now if args.now is not None else time.time()
     # The whole event history the tables hold, not the cycle's ten minutes: a dump is an export.
     snapshot = load_horde(make_engine(_db_url(args)), now, history=math.inf)
     for error in snapshot.rejected:

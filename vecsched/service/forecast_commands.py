@@ -29,7 +29,7 @@ def parse_duration(text: str) -> float:
 
 def add_commands(sub: Any) -> None:
     p = sub.add_parser("promotion", help="the shadow forecasts' promotion verdict per estimator (SPEC section 8)")
-    p.add_argument("--window", type=parse_duration, default=86400.0, help="rolling window (default 24h)")
+    p.add_argument("--window", type=parse_duration, default="24h", help="rolling window")
     p.add_argument("--json", action="store_true", help="print the vecsched.promotion/1 document")
     p.add_argument("--db", help="database URL (default: $VECSCHED_DATABASE_URL or the SQLite file)")
     p.add_argument("--redis", help="Redis URL (default: $REDIS_URL; none: the database)")
@@ -41,13 +41,13 @@ def _promotion(args: argparse.Namespace) -> int:
     from vecsched.service.config import open_store
     from vecsched.service.forecast_job import recorder_for
     from vecsched.core.promotion import format_table, read_promotion
-    from vecsched.errors import describe
+    from vecsched.errors import SettingError, describe
 
     try:
         recorder = recorder_for(open_store(redis_url=args.redis, database_url=args.db, prefix=args.prefix))
         doc = read_promotion(recorder.backend, now=time.time(), window=args.window)
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a CLI user
         print(f"vecsched: cannot read the forecast pairs: {describe(exc)}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, SettingError) else 1  # a malformed URL: how it was called, as elsewhere
     print(json.dumps(doc, indent=1) if args.json else format_table(doc))
     return 0

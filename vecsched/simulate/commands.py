@@ -11,6 +11,7 @@ from typing import Any
 
 def add_commands(subparsers: Any) -> None:
     """Add the ``simulate`` subcommand to the ``vecsched`` command line."""
+    from vecsched.arguments import non_negative_float, positive_float, seconds
     from vecsched.simulate import SCENARIOS
 
     p = subparsers.add_parser(
@@ -20,12 +21,12 @@ def add_commands(subparsers: Any) -> None:
         "Scenarios: " + "; ".join(f"{k}: {v.description}" for k, v in SCENARIOS.items()),
     )
     p.add_argument("scenario", choices=[*SCENARIOS, "all"], help="scenario name, or 'all' for the suite")
-    p.add_argument("--minutes", type=float, default=10.0, help="measured window in minutes")
+    p.add_argument("--minutes", type=positive_float, default=10.0, help="measured window in minutes")
     p.add_argument("--seed", type=int, action="append",
                    help="random seed (the same seed gives the same run); repeat for several: "
                    "promotion.json pools them (default 0)")
-    p.add_argument("--every", type=float, default=30.0, help="seconds between snapshots")
-    p.add_argument("--tail", type=float, default=1200.0, help="seconds simulated after the window so outcomes resolve")
+    p.add_argument("--every", type=seconds, default=30.0, help="seconds between snapshots")
+    p.add_argument("--tail", type=non_negative_float, default=1200.0, help="seconds simulated after the window so outcomes resolve")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="write events.jsonl, snapshots/, pairs.csv, accuracy.md (first seed) and promotion.json here")
     p.set_defaults(func=_simulate)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from vecsched.snapshot.cells import MAX_STRING_BYTES, printable_id, string_problems  # noqa: F401 - re-exported
-from vecsched.snapshot.times import EARLIEST, LATEST
+from vecsched.snapshot.times import EARLIEST, END
 
 REQUIRED = object()
 """Marker default: the key must be present."""
@@ -238,7 +238,7 @@ def validate_columns(
             # Within what a datetime holds, so every source agrees (SQLite's text refuses year
             # 294000, PostgreSQL's timestamp holds it) and a dump can always write the value back.
             with np.errstate(invalid="ignore"):
-                reject(~((values >= EARLIEST) & (values <= LATEST)), col.name, "must be a time")
+                reject(~((values >= EARLIEST) & (values < END)), col.name, "must be a time")
 
     # A repeated id would make two rows answer for one request (or one
     # dispatch return twice): keep the first.

@@ -48,13 +48,18 @@ def iso_seconds(series: pd.Series) -> np.ndarray:
     return seconds
 
 
-_EPOCH_LIMIT = 253_402_300_800.0  # 10000-01-01: past it a time cannot be written back as ISO 8601
+EARLIEST = -62_135_596_800.0
+"""0001-01-01T00:00:00Z in epoch seconds: the first instant a datetime (and so ISO 8601 text) holds."""
+END = 253_402_300_800.0
+"""10000-01-01T00:00:00Z: times are before it (past it a time cannot be written back as ISO 8601)."""
+LATEST = END - 1.0
+"""9999-12-31T23:59:59Z: the last whole second (a "never expires" horde stores it)."""
 
 
 def to_epoch(value: Any) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)  # OverflowError for an int beyond float: a clear "must be a time"
-        if not -_EPOCH_LIMIT < seconds < _EPOCH_LIMIT:  # NaN fails this too
+        if not EARLIEST <= seconds < END:  # NaN fails this too
             raise ValueError(f"time out of range: {value!r}")
         return seconds
     if isinstance(value, datetime):
@@ -69,10 +74,6 @@ def to_epoch(value: Any) -> float:
     raise TypeError(type(value).__name__)
 
 
-EARLIEST = -62_135_596_800.0
-"""0001-01-01T00:00:00Z in epoch seconds: the first instant a datetime (and so ISO text) holds."""
-LATEST = 253_402_300_799.0
-"""9999-12-31T23:59:59Z: the last whole second a datetime holds (a "never expires" horde stores it)."""
 
 
 def iso(seconds: float) -> str:

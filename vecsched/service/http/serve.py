@@ -91,6 +91,47 @@ def app_from_environment() -> Any:
     return create_app(StatusService.from_environment(**config))
 
 
+def check_port_free(host: str, port: int) -> None:
+    """Fail in one line when ``host:port`` is taken; granian binds with port reuse and would share it.
+
+    A second ``vecsched serve`` on a busy port (a redeploy beside the old one, another store)
+    started without a word, and clients then got answers from the two servers in turn.
+
+    Raises
+    ------
+    vecsched.errors.UserError
+        The port is in use, or the address cannot be bound at all.
+
+    Examples
+    --------
+    >>> import socket
+    >>> with socket.socket() as taken:
+    ...     taken.bind(("127.0.0.1", 0)); taken.listen()
+    ...     check_port_free("127.0.0.1", taken.getsockname()[1])
+    Traceback (most recent call last):
+    ...
+    vecsched.errors.UserError: --port ...: cannot serve on 127.0.0.1: the port is in use (another vecsched serve?); choose another with --port
+    """
+    import errno
+    import socket
+
+    from vecsched.errors import UserError
+
+    address = host.strip("[]")
+    try:
+        family, kind, proto, _, where = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            # SO_REUSEADDR passes a port a stopped server left in TIME_WAIT; without SO_REUSEPORT
+            # the bind fails on any socket still listening there.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(where)
+    except OSError as exc:
+        why = ("the port is in use (another vecsched serve?)" if exc.errno == errno.EADDRINUSE
+               else exc.strerror or str(exc))
+        raise UserError(f"--port {port}: cannot serve on {address}: {why}; choose another with --port") from None
+
+
 def run_server(options: dict[str, Any]) -> None:
     """Run the status app under granian until a signal stops it."""
     try:
@@ -182,6 +223,7 @@ def serve(
         announce_publication(publish_forecast, store)
     store.close()
     _connect_once(database_url)
+    check_port_free(host, port)
     log.info(
         "serving on %s:%s with %d processes x %d threads; publication store %s; database %s; progress %s",
         host, port, processes, threads, kind, redact_url(database_url),
