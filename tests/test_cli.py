@@ -235,3 +235,17 @@ def test_serve_refuses_a_port_another_server_listens_on(capsys, tmp_path: Path) 
         port = taken.getsockname()[1]
         line = one_line_failure(capsys, ["serve", "--port", str(port), "--db", f"sqlite:///{tmp_path / 'h.sqlite'}"])
     assert f"--port {port}" in line and "in use" in line
+
+
+def test_top_shows_a_stale_cycle_and_exits_one(capsys, tmp_path: Path) -> None:
+    # top showed a stopped job's last figures with exit 0 and no mark, while status said stale.
+    from vecsched.service.job import run_cycle
+    from vecsched.service.store.sql import SQLStore
+
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    then = time.time() - 3600
+    run_cycle(lambda t: horde(workers=5, requests=20, seed=1, now=t), SQLStore(url), lambda: then)
+    assert main(["top", "--db", url]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("cycle ") and "stale" in err and "3600 s old" in err
+    assert main(["top", "--db", url, "--max-age", "1e9"]) == 0

@@ -77,7 +77,7 @@ def _add_db_commands(sub: Any, common: Callable[..., None]) -> None:
 
 
 def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import non_negative_float, non_negative_int, port_number, positive_float, seconds
+    from vecsched.arguments import non_negative_float, non_negative_int, port_number, seconds
     from vecsched.service.config import eligible_image_wait
 
     p = sub.add_parser(
@@ -120,8 +120,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
 
     p = sub.add_parser("status", help="print a request's published status as JSON (exit 1 if unknown)")
     p.add_argument("request_id", help="the request id (list them with vecsched top)")
-    p.add_argument("--max-age", type=positive_float,
-                   help="seconds after which figures are stale (default: three refresh intervals)")
+    _add_max_age(p)
     _add_publish_option(p)
     common(p)
     p.set_defaults(func=_status)
@@ -130,6 +129,7 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--gentype", choices=GENTYPE_CHOICES, help="only this gentype (default: both)")
     p.add_argument("-n", type=non_negative_int, default=20, dest="limit", help="rows shown; 0: all")
     p.add_argument("--json", action="store_true", help="print JSON records instead of a table")
+    _add_max_age(p, then=": shown, then exit 1")
     common(p)
     p.set_defaults(func=_top)
 
@@ -144,14 +144,20 @@ def _add_job_and_read_commands(sub: Any, common: Callable[..., None]) -> None:
     for key in _REQUEST_BOOLS:
         p.add_argument("--" + key.replace("_", "-"), dest=key, action=argparse.BooleanOptionalAction,
                        help=f"the request's {key} flag (default: the snapshot default)")
-    p.add_argument("--max-age", type=positive_float,
-                   help="seconds after which figures are stale (default: three refresh intervals)")
+    _add_max_age(p)
     common(p)
     p.set_defaults(func=_prospective)
 
 
+def _add_max_age(p: argparse.ArgumentParser, then: str = "") -> None:
+    from vecsched.arguments import positive_float
+
+    p.add_argument("--max-age", type=positive_float,
+                   help=f"seconds after which figures are stale{then} (default: three refresh intervals)")
+
+
 def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
-    from vecsched.arguments import port_number, positive_float
+    from vecsched.arguments import port_number
 
     p = sub.add_parser("serve", help="serve the status routes over HTTP (docs/http.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -159,8 +165,7 @@ def _add_serve_command(sub: Any, common: Callable[..., None]) -> None:
     p.add_argument("--processes", type=_at_least_one, default=2,
                    help="server processes; not --workers, which are the horde's")
     p.add_argument("--threads", type=_at_least_one, default=8, help="threads per process")
-    p.add_argument("--max-age", type=positive_float,
-                   help="seconds after which figures are stale (default: three refresh intervals)")
+    _add_max_age(p)
     p.add_argument("--live-progress", action="store_true",
                    help="read progress and kudos from the database on every horde-path poll; by default a "
                         "request the cycle holds answers from the cycle alone, as of the cycle (docs/http.md)")
@@ -395,6 +400,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _top(args: argparse.Namespace) -> int:
     from vecsched.errors import UserError
+    from vecsched.service.read import cycle_age
     from vecsched.service.top import as_records, current_payloads, render, top_frame
 
     reading, payloads = current_payloads(_store(args))
@@ -402,6 +408,10 @@ def _top(args: argparse.Namespace) -> int:
         raise UserError("no cycle was published yet: is vecsched run running?")
     frame = top_frame(payloads, gentype=args.gentype, limit=args.limit)
     print(json.dumps(as_records(frame)) if args.json else render(frame, reading))
+    age, stale = cycle_age(reading, max_age=args.max_age)
+    if stale:
+        # Shown, as status shows a stale cycle, and an exit status an operator's check can read.
+        raise UserError(f"the cycle shown is stale ({age:.0f} s old): is vecsched run running?")
     return 0
 
 

@@ -55,7 +55,29 @@ def default_store() -> Store:
         return _default["store"]
 
 
-def _age(reading: Reading, now: float | None, max_age: float | None) -> tuple[float, bool]:
+def cycle_age(reading: Reading, now: float | None = None, max_age: float | None = None) -> tuple[float, bool]:
+    """Seconds since ``reading``'s cycle, and whether it is stale: the one staleness rule of every reader.
+
+    Parameters
+    ----------
+    reading : Reading
+        A published cycle.
+    now : float, optional
+        Epoch seconds; default the current time.
+    max_age : float, optional
+        Seconds after which the cycle is stale; default three of its refresh intervals.
+
+    Returns
+    -------
+    (float, bool)
+
+    Examples
+    --------
+    >>> cycle_age(Reading("100.0|5.0|x", 100.0, 5.0, None), now=110.0)
+    (10.0, False)
+    >>> cycle_age(Reading("100.0|5.0|x", 100.0, 5.0, None), now=116.0)[1]
+    True
+    """
     now = time.time() if now is None else now
     limit = DEFAULT_STALE_INTERVALS * reading.interval if max_age is None else max_age
     age = now - reading.time
@@ -131,7 +153,7 @@ def status(
     if reading is None:
         out["unknown"] = True
     else:
-        _, stale = _age(reading, now, max_age)
+        _, stale = cycle_age(reading, now, max_age)
         ended = _ended(reading.value)
         if reading.value is None:
             out["unknown"] = True
@@ -499,7 +521,7 @@ def prospective(
     reading, state = _current_state(store)
     if reading is None or state is None:
         return {"unknown": True, "allowance": policy(0, None)}
-    _, stale = _age(reading, now, max_age)
+    _, stale = cycle_age(reading, now, max_age)
     out: dict[str, Any] = {"stale": stale, "cycle_time": iso(reading.time)}
     if stale:
         out["allowance"] = policy(0, None)

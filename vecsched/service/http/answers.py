@@ -27,7 +27,7 @@ import numpy as np
 
 from vecsched.core.figures import wait_time
 from vecsched.service.payload import decode_payload
-from vecsched.service.read import _age, _ended  # the one decoder of ENDED_PAYLOADS, the one staleness rule
+from vecsched.service.read import _ended, cycle_age  # the one decoder of ENDED_PAYLOADS, the one staleness rule
 from vecsched.service.progress import RequestProgress
 from vecsched.service.store.base import Reading
 from vecsched.snapshot.times import iso as _iso
@@ -131,7 +131,7 @@ def is_stale(reading: Reading | None, now: float, max_age: float | None) -> bool
     """
     if reading is None:
         return True
-    return _age(reading, now, max_age)[1]
+    return cycle_age(reading, now, max_age)[1]
 
 
 def holds_figures(reading: Reading | None) -> bool:
