@@ -250,6 +250,13 @@ def test_prospective_bodies_a_client_may_send_are_answered_not_failed(http_servi
     assert got.status_code == 413
     got = client.post("/vecsched/v1/prospective", json={"gentype": "text", "max_length": "300"})
     assert got.status_code == 400 and "max_length" in got.get_json()["message"]
+    # n is judged like every key (it was overwritten unread, so "x" and -100 answered 200) ...
+    for bad_n in ("x", -100, 1001):
+        got = client.post("/vecsched/v1/prospective", json={"gentype": "text", "models": ["m"], "n": bad_n})
+        assert got.status_code == 400 and "n:" in got.get_json()["message"], bad_n
+    # ... and a good one changes nothing: the answer does not depend on the request's own size
+    got = client.post("/vecsched/v1/prospective", json={"gentype": "text", "models": ["m"], "max_length": 100, "n": 7})
+    assert got.status_code == 200 and got.get_json() == plain.get_json()
 
 
 def test_blueprint_inside_another_app(http_service) -> None:

@@ -144,7 +144,7 @@ def prospective_request(request: Mapping[str, Any], now: float = 0.0) -> Snapsho
     row = dict(request)
     row.setdefault("id", "prospective")
     row.setdefault("user_id", "")
-    row["n"] = 1  # the answer does not depend on the request's own size
+    row.setdefault("n", 1)
     # A request about to be made is waiting, whatever state keys the body carries.
     row.update(active=True, faulted=False)
     row.pop("jobs", None)
@@ -154,6 +154,10 @@ def prospective_request(request: Mapping[str, Any], now: float = 0.0) -> Snapsho
     single = Snapshot.from_columns(now, {}, cols, rejected=errors)
     if single.rejected:
         raise SnapshotError(f"prospective request: {single.rejected[0].field}: {single.rejected[0].message}")
+    if single.requests.n[0] != 1:
+        # n is judged like every key, then set to one: the answer does not depend on the request's own size.
+        cols["n"] = np.ones_like(cols["n"])
+        single = Snapshot.from_columns(now, {}, cols)
     return single
 
 

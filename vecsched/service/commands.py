@@ -23,7 +23,7 @@ _REQUEST_FLAGS = (
     ("--max-length", "max_length", int, "tokens to generate (text)"),
     ("--max-context-length", "max_context_length", int, "context tokens (text)"),
     ("--extra-priority", "extra_priority", int, "the request's priority (kudos)"),
-    ("--n", "n", int, "generations asked for"),
+    ("--n", "n", int, "generations asked for (judged as any key; the answer does not depend on it)"),
     ("--user-id", "user_id", str, "the requesting user (owner of workers in maintenance, priority users)"),
 )
 GENTYPE_CHOICES = ("text", "image")
