@@ -114,8 +114,28 @@ def test_unknown_request_in_status_exits_non_zero(capsys, tmp_path: Path, make_e
 
 
 def test_status_before_any_cycle(capsys, tmp_path: Path) -> None:
-    line = one_line_failure(capsys, ["status", "abc", "--db", f"sqlite:///{tmp_path / 'e.sqlite'}"])
+    url = f"sqlite:///{tmp_path / 'e.sqlite'}"
+    assert main(["db", "init", "--db", url]) == 0
+    line = one_line_failure(capsys, ["status", "abc", "--db", url])
     assert "no cycle was published yet" in line
+
+
+@pytest.mark.parametrize("argv", [["status", "abc"], ["top"], ["prospective"], ["db", "check"],
+                                  ["db", "dump", "-o", "x.json"]])
+def test_a_reader_never_makes_the_sqlite_file_it_was_pointed_at(capsys, tmp_path: Path, argv) -> None:
+    # Opening SQLite creates the file: a reader in the wrong directory left an empty one behind.
+    missing = tmp_path / "elsewhere" / "vecsched.sqlite"
+    missing.parent.mkdir()
+    line = one_line_failure(capsys, [*argv, "--db", f"sqlite:///{missing}"])
+    assert f"no database at {missing}" in line and not missing.exists()
+
+
+def test_a_missing_home_directory_is_named(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("VECSCHED_DATABASE_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("VECSCHED_HOME", str(tmp_path / "nowhere"))
+    line = one_line_failure(capsys, ["run", "--once"])
+    assert str(tmp_path / "nowhere" / "vecsched.sqlite") in line and "directory does not exist" in line
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ def test_top_cli_table_and_json(tmp_path: Path, capsys, make_estimates) -> None:
 
 
 def test_top_before_any_cycle(tmp_path: Path, capsys) -> None:
+    assert main(["db", "init", "--db", f"sqlite:///{tmp_path / 'e.sqlite'}"]) == 0
     assert main(["top", "--db", f"sqlite:///{tmp_path / 'e.sqlite'}"]) == 1
     assert "no cycle was published yet" in capsys.readouterr().err
 

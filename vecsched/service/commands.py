@@ -205,16 +205,45 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _db_url(args: argparse.Namespace) -> str:
+def _db_url(args: argparse.Namespace, *, reading: bool = False) -> str:
+    """The database URL of the command; a SQLite file a reader would only create empty is refused.
+
+    Opening a SQLite file creates it: top, status, check and dump in the wrong directory left an
+    empty file behind and answered "no cycle"; a missing directory gave a bare "unable to open
+    database file". Both now name the path.
+    """
+    import os
+
+    import sqlalchemy as sa
+
+    from vecsched.errors import UserError
     from vecsched.service.config import default_database_url
 
-    return args.db or default_database_url()
+    url = args.db or default_database_url()
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return url  # make_engine says what is wrong with it
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return url
+    path = os.path.abspath(database)
+    if reading and not os.path.exists(path):
+        raise UserError(f"no database at {path}: start vecsched run (or vecsched db load) there first, "
+                        "or name one with --db or VECSCHED_DATABASE_URL")
+    if not os.path.isdir(os.path.dirname(path)):
+        raise UserError(f"cannot open the database {path}: its directory does not exist")
+    return url
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, *, reading: bool = False) -> Any:
+    import os
+
     from vecsched.service.config import open_store
 
-    return open_store(redis_url=args.redis, database_url=_db_url(args), prefix=args.prefix)
+    redis_url = args.redis or os.environ.get("REDIS_URL")
+    database_url = args.db if redis_url else _db_url(args, reading=reading)  # with Redis the file is not read
+    return open_store(redis_url=redis_url, database_url=database_url, prefix=args.prefix)
 
 
 def _db_init(args: argparse.Namespace) -> int:
@@ -256,7 +285,7 @@ def _db_dump(args: argparse.Namespace) -> int:
 
     now = args.now if args.now is not None else time.time()
     # The whole event history the tables hold, not the cycle's ten minutes: a dump is an export.
-    snapshot = load_horde(make_engine(_db_url(args)), now, history=math.inf)
+    snapshot = load_horde(make_engine(_db_url(args, reading=True)), now, history=math.inf)
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
     snapshot.to_json(args.output)
@@ -267,7 +296,7 @@ def _db_check(args: argparse.Namespace) -> int:
     from vecsched.service.job import rejected_counts
     from vecsched.service.sql import load_horde, make_engine
 
-    snapshot = load_horde(make_engine(_db_url(args)), time.time())
+    snapshot = load_horde(make_engine(_db_url(args, reading=True)), time.time())
     for error in snapshot.rejected:
         print(f"rejected {error}")
     summary = rejected_counts(list(snapshot.rejected)) or "none"
@@ -387,7 +416,7 @@ def _status(args: argparse.Namespace) -> int:
 
     from vecsched.service.read import ForecastPublication
 
-    store = _store(args)
+    store = _store(args, reading=True)
     publish = ForecastPublication.for_store(args.publish_forecast, store) if args.publish_forecast else None
     result = status(args.request_id, store=store, max_age=args.max_age, publish=publish)
     print(json.dumps(result))
@@ -403,7 +432,7 @@ def _top(args: argparse.Namespace) -> int:
     from vecsched.service.read import cycle_age
     from vecsched.service.top import as_records, current_payloads, render, top_frame
 
-    reading, payloads = current_payloads(_store(args))
+    reading, payloads = current_payloads(_store(args, reading=True))
     if reading is None:
         raise UserError("no cycle was published yet: is vecsched run running?")
     frame = top_frame(payloads, gentype=args.gentype, limit=args.limit)
@@ -428,7 +457,7 @@ def _prospective(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             request[key] = getattr(args, key)
     request.setdefault("gentype", "text")
-    print(json.dumps(prospective(request, store=_store(args), max_age=args.max_age)))
+    print(json.dumps(prospective(request, store=_store(args, reading=True), max_age=args.max_age)))
     return 0
 
 
