@@ -135,3 +135,35 @@ def test_a_return_without_a_time_is_rejected_and_counted_and_its_dispatch_kept(d
         got_d, got_r = _events(loaded)
         assert set(got_d) == {"d1", "d2"} and set(got_r) == {"d2"}
     engine.dispose()
+
+
+def test_a_return_in_the_window_keeps_its_day_old_dispatch(db_url: str) -> None:
+    # Pruning dropped every dispatch older than a day, even one whose return came a minute ago:
+    # the orphaned return then read as incomplete history for ten minutes.
+    snap = _snapshot([_dispatch("day-long", 90_000)],
+                     [{"dispatch_id": "day-long", "worker_id": "w1", "returned_at": _iso(60)}])
+    engine = make_engine(db_url)
+    import_snapshot(engine, snap)
+    assert prune_events(engine, snap.now) == {"dispatch_priority_users": 0, "dispatches": 0, "capacity_returns": 0}
+    loaded = load_horde(engine, snap.now)
+    assert list(loaded.dispatches.columns["dispatch_id"]) == ["day-long"] and loaded.rejected == ()
+
+
+def test_event_times_written_as_other_iso_texts_are_cut_and_pruned_by_their_instant(db_url: str) -> None:
+    # SQLite compares time text as text: an offset or a "T" sorted a time on the wrong side of the cut,
+    # so a return 100 s old was never loaded (and was pruned), one two hours old loaded every cycle.
+    engine = make_engine(db_url)
+    import_snapshot(engine, _snapshot([_dispatch("recent", 200), _dispatch("old", 7200)], []))
+    recent = (NOW - timedelta(seconds=100)).astimezone(timezone(timedelta(hours=-5))).isoformat(" ")
+    old = (NOW - timedelta(seconds=7000)).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    with engine.begin() as conn:
+        for did, text in (("recent", recent), ("old", old)):
+            conn.execute(sa.text("INSERT INTO capacity_returns (dispatch_id, worker_id, returned_at) "
+                                 "VALUES (:d, 'w1', :t)"), {"d": did, "t": text})
+    for fast in (True, False):
+        loaded = load_horde(engine, NOW.timestamp(), fast=fast)
+        assert list(loaded.capacity_returns.columns["dispatch_id"]) == ["recent"], fast
+        assert list(loaded.dispatches.columns["dispatch_id"]) == ["recent"], fast
+    assert prune_events(engine, NOW.timestamp())["capacity_returns"] == 1
+    with engine.connect() as conn:
+        assert set(conn.execute(sa.select(capacity_returns.c.dispatch_id)).scalars()) == {"recent"}

@@ -10,12 +10,13 @@ window is matched against. Both reads are one indexed, set-based query.
 from __future__ import annotations
 
 import math
-
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches
 
@@ -28,20 +29,54 @@ STALE_ACTIVE_SECONDS = 86_400.0
 CUT = sa.bindparam("cut", type_=sa.DateTime(timezone=True))
 
 
-def _not_returned_before_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+class instant(FunctionElement):  # noqa: N801 - reads as the SQL function it compiles to
+    """A time column or parameter compared as an instant, whatever text SQLite holds for it.
+
+    SQLite keeps times as text and compares them as text: a time the horde wrote
+    with an offset (``...-05:00``) or a ``T`` sorted on the wrong side of the
+    cut, so a return in the window was never loaded (and was pruned) while one
+    two hours old was loaded every cycle and never pruned. The loader itself
+    parses those texts as times, so SQLite compares ``julianday()`` of both
+    sides (a scan of the small event tables, as the embedded default has them);
+    other databases compare the column itself, on its index.
+    """
+
+    type = sa.DateTime(timezone=True)
+    inherit_cache = True
+
+
+@compiles(instant)
+def _instant(element: instant, compiler: Any, **kw: Any) -> str:
+    return compiler.process(element.clauses, **kw)
+
+
+@compiles(instant, "sqlite")
+def _instant_sqlite(element: instant, compiler: Any, **kw: Any) -> str:
+    return f"julianday({compiler.process(element.clauses, **kw)})"
+
+
+def _returned_before_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
     early = sa.select(capacity_returns.c.dispatch_id).where(
-        capacity_returns.c.dispatch_id == dispatch_id, capacity_returns.c.returned_at < CUT
+        capacity_returns.c.dispatch_id == dispatch_id, instant(capacity_returns.c.returned_at) < instant(CUT)
     )
-    return ~sa.exists(early)
+    return sa.exists(early)
+
+
+def _returned_since_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+    late = sa.select(capacity_returns.c.dispatch_id).where(
+        capacity_returns.c.dispatch_id == dispatch_id, instant(capacity_returns.c.returned_at) >= instant(CUT)
+    )
+    return sa.exists(late)
 
 
 # table name -> the WHERE clause of the rows a cycle loads (parameter ``cut``)
 EVENT_FILTERS: dict[str, sa.ColumnElement[bool]] = {
-    "dispatches": _not_returned_before_cut(dispatches.c.dispatch_id),
+    "dispatches": ~_returned_before_cut(dispatches.c.dispatch_id),
     # A NULL time is loaded so that it is rejected and counted (as the JSON path does), not lost unseen;
     # it closes no dispatch before the cut either.
-    "capacity_returns": (capacity_returns.c.returned_at >= CUT) | capacity_returns.c.returned_at.is_(None),
-    "dispatch_priority_users": _not_returned_before_cut(dispatch_priority_users.c.dispatch_id),
+    "capacity_returns": ((instant(capacity_returns.c.returned_at) >= instant(CUT))
+                         | capacity_returns.c.returned_at.is_(None)),
+    "dispatch_priority_users": ~_returned_before_cut(dispatch_priority_users.c.dispatch_id),
 }
 
 
@@ -75,14 +110,19 @@ def prune_events(conn: Engine | Connection, now: float) -> dict[str, int]:
         with conn.begin() as c:
             return prune_events(c, now)
     params = cut_params(now)
-    stale = datetime.fromtimestamp(now - STALE_ACTIVE_SECONDS, tz=timezone.utc)
-    old = sa.select(capacity_returns.c.dispatch_id).where(capacity_returns.c.returned_at < CUT)
-    stale_ids = sa.select(dispatches.c.dispatch_id).where(dispatches.c.dispatched_at < stale)
+    stale = sa.bindparam("stale", datetime.fromtimestamp(now - STALE_ACTIVE_SECONDS, tz=timezone.utc),
+                         type_=sa.DateTime(timezone=True))
+    old = sa.select(capacity_returns.c.dispatch_id).where(instant(capacity_returns.c.returned_at) < instant(CUT))
+    # Never returned for a day, unless its return came in the window (a day-long job): that return
+    # would lose the dispatch it closes, and read as incomplete history for ten minutes.
+    stale_ids = sa.select(dispatches.c.dispatch_id).where(
+        instant(dispatches.c.dispatched_at) < instant(stale), ~_returned_since_cut(dispatches.c.dispatch_id))
     gone = sa.union(old, stale_ids)
     counts = {}
     for table in (dispatch_priority_users, dispatches):
         result = conn.execute(table.delete().where(table.c.dispatch_id.in_(gone)), params)
         counts[table.name] = result.rowcount
-    result = conn.execute(capacity_returns.delete().where(capacity_returns.c.returned_at < CUT), params)
+    result = conn.execute(capacity_returns.delete().where(instant(capacity_returns.c.returned_at) < instant(CUT)),
+                          params)
     counts["capacity_returns"] = result.rowcount
     return counts
