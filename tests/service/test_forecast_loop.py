@@ -513,3 +513,35 @@ def test_readers_of_a_fresh_forecast_database_make_no_tables_and_race_no_writer(
     assert [p.phase for p in readers[0].pairs(0, 1e12)] == ["forecast"]
     for backend in [*readers, *(w.backend for w in writers)]:
         backend.engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgresql", "sqlite"])
+def test_a_restarted_job_still_records_the_outcomes_of_requests_in_flight(request, tmp_path, kind) -> None:
+    # Tracking lived in memory: after a restart the requests in flight got no completion, and those that
+    # expired or were cancelled meanwhile no stall or cancellation, at every deploy.
+    from vecsched.service.forecast_job import ForecastTracker, recorder_for
+    from vecsched.service.job import run_cycle
+    from vecsched.service.store.sql import SQLStore
+
+    if kind == "redis":
+        store = request.getfixturevalue("redis_store")
+    else:
+        store = SQLStore(request.getfixturevalue("pg_url") if kind == "postgresql" else f"sqlite:///{tmp_path / 'j.sqlite'}")
+    t0 = round(time.time())
+    a, b, c = _req("a", t0), _req("b", t0), _req("c", t0, expires_in=40)
+    job = {"id": "j1", "request_id": "a", "worker_id": "w1", "started": _iso(t0 + 20), "state": "processing"}
+    before = [(t0, [a, b, c], []), (t0 + 30, [dict(a, n=0), b, c], [job])]
+    after = [(t0 + 60, [dict(a, n=0)], [dict(job, state="finished")])]  # b cancelled, c expired, a done
+    for tracker, cycles in ((ForecastTracker(recorder_for(store)), before),
+                            (ForecastTracker(recorder_for(store)), after)):  # the second: a new process
+        for now, requests, jobs in cycles:
+            snap = _snapshot(now, requests, jobs)
+            assert run_cycle(lambda _now, s=snap: s, store, lambda n=now: n, forecasts=tracker).ok
+    backend = tracker.recorder.backend
+    assert float(backend.record("a")["completed_at"]) == t0 + 60
+    assert "cancelled_at" in backend.record("b") and "expired_without_start" in backend.record("c")
+    phases = {(p.request_id, p.phase) for p in backend.pairs(0, 1e12) if p.estimator == "eligible-share-v1"}
+    assert {("a", "completion"), ("b", "cancelled"), ("c", "stall")} <= phases
+    assert json.loads(backend.record("a")["forecast:eligible-share-v1"])["forecasted_at"] == t0  # not re-forecast
+    if kind != "redis":
+        store.close()

@@ -136,6 +136,10 @@ class PairBackend(Protocol):
         """Kept verdicts since ``since``, oldest first."""
         ...
 
+    def open_records(self, now: float) -> dict[str, dict[str, str]]:
+        """Every record still alive at ``now``, by request id (a restarted job resumes tracking from them)."""
+        ...
+
     def record(self, request_id: str) -> dict[str, str]:
         """One request's record (empty when there is none)."""
         ...
@@ -216,6 +220,39 @@ def candidate_pairs(request_id: str, record: Mapping[str, str]) -> list[tuple[st
             out.append(pair("stall", expired, observed=1.0))
         if cancelled is not None:
             out.append(pair("cancelled", cancelled))
+    return out
+
+
+TERMINAL_FIELDS = ("completed_at", "expired_without_start", "cancelled_at")
+"""Outcomes after which nothing more is observed of a request."""
+
+
+def awaiting_outcomes(records: Mapping[str, Mapping[str, str]]) -> dict[str, tuple[float, float, bool]]:
+    """The records still owed an outcome: ``(first sighting, expiry, started)`` by request id.
+
+    A record with a forecast and no terminal outcome (:data:`TERMINAL_FIELDS`);
+    what a restarted job tracks again, so that requests in flight across a
+    restart still get their completion, stall or cancellation.
+
+    Examples
+    --------
+    >>> fc = json.dumps({"forecasted_at": 100.0, "gentype": "text", "expiry": 700.0})
+    >>> awaiting_outcomes({"a": {"forecast:x": fc, "started_at": "130.0"},
+    ...                    "b": {"forecast:x": fc, "completed_at": "190.0"}, "c": {"started_at": "5.0"}})
+    {'a': (100.0, 700.0, True)}
+    """
+    out = {}
+    for rid, record in records.items():
+        if any(field in record for field in TERMINAL_FIELDS):
+            continue
+        forecast = next((text for key, text in record.items() if key.startswith("forecast:")), None)
+        if forecast is None:
+            continue
+        try:
+            f = json.loads(forecast)
+            out[rid] = (float(f["forecasted_at"]), float(f["expiry"]), "started_at" in record)
+        except (ValueError, KeyError, TypeError):
+            continue  # a record this code did not write: nothing to resume
     return out
 
 
@@ -389,5 +426,9 @@ class MemoryPairs:
     def record(self, request_id: str) -> dict[str, str]:
         with self._lock:
             return dict(self._records.get(request_id, {}))
+
+    def open_records(self, now: float) -> dict[str, dict[str, str]]:
+        with self._lock:  # TTLs are not enforced here: every record is open
+            return {rid: dict(rec) for rid, rec in self._records.items()}
 
 

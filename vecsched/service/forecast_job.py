@@ -90,6 +90,36 @@ class ForecastTracker:
         # written later, they are late forecasts of that sighting, never on-time ones of a later one.
         self.unrecorded = pd.Series(dtype=float)
         self._calibration: Any = None
+        self._resumed = False
+
+    def _resume(self, now: float) -> None:
+        """Track again the requests the store still holds open (once, before this process's first cycle).
+
+        Tracking lives in memory: after a restart the requests in flight, and those that expired or
+        were cancelled meanwhile, got no outcome at all, which biased every series at each deploy
+        (and lost the stalls, the rarest pairs). A store that cannot be read leaves tracking empty,
+        as before; its failure is logged, never raised into the cycle.
+        """
+        if self._resumed:
+            return
+        self._resumed = True
+        from vecsched.core.pairing import awaiting_outcomes
+
+        try:
+            records = awaiting_outcomes(self.recorder.backend.open_records(now))
+        except Exception as exc:  # noqa: BLE001 - the cycle goes on without the resumed requests
+            log.warning("could not resume tracking the forecast records (%s): their outcomes are lost",
+                        type(exc).__name__)
+            return
+        open_ = {rid: r for rid, r in records.items() if r[1] + self.recorder.grace >= now}
+        if not open_:
+            return
+        seen, expiry, started = (np.array(v) for v in zip(*open_.values()))
+        resumed = pd.DataFrame({"expiry": expiry.astype(float), "started": started.astype(bool),
+                                "seen": seen.astype(float), "jobless": ~started.astype(bool)},
+                               index=pd.Index(list(open_), dtype=object))
+        self.tracked = pd.concat([self.tracked[~self.tracked.index.isin(resumed.index)], resumed])
+        log.info("resumed tracking %d forecast records still owed an outcome", len(resumed))
 
     def wrap(self, estimate: Any = None) -> Any:
         """``estimate`` (default :func:`vecsched.estimate`) asked for forecasts only of the requests
@@ -122,6 +152,7 @@ class ForecastTracker:
         deferred = {"defer": self.lane.names} if self.lane is not None and takes_defer else {}
 
         def skipping(snapshot: Any) -> Any:
+            self._resume(float(snapshot.now))
             # Deferred, the replay reads its calibration in the lane, and without the replay nothing reads
             # it: the cycle spares the read.
             needed = not deferred and REPLAY in ESTIMATORS
@@ -133,6 +164,7 @@ class ForecastTracker:
 
     def observe(self, snapshot: Any, estimates: Any, now: float) -> dict[str, int]:
         """Run steps 1 to 3 for one cycle; return how many forecasts and outcomes were recorded."""
+        self._resume(now)
         recorded = self._record_new(snapshot, estimates, now)
         if self.lane is not None:
             self.lane.offer(snapshot, estimates, now)  # hands it over; the replay runs in the lane's thread

@@ -194,6 +194,17 @@ class SQLPairs:
             got = conn.execute(sa.select(t.c.at, t.c.data).where(t.c.at >= since).order_by(t.c.at)).all()
         return [(float(at), json.loads(data)) for at, data in got]
 
+    def open_records(self, now: float) -> dict[str, dict[str, str]]:
+        if not self._readable():
+            return {}
+        f = fields_table
+        out: dict[str, dict[str, str]] = {}
+        with self.engine.connect() as conn:
+            for rid, field, value in conn.execute(sa.select(f.c.request_id, f.c.field, f.c.value)
+                                                  .where(f.c.expires_at >= now)):
+                out.setdefault(rid, {})[field] = value
+        return out
+
     def record(self, request_id: str) -> dict[str, str]:
         if not self._readable():
             return {}

@@ -126,10 +126,29 @@ class RedisPairs:
     def record(self, request_id: str) -> dict[str, str]:
         return {_s(k): _s(v) for k, v in self.client.hgetall(self.key(request_id)).items()}
 
+    def open_records(self, now: float) -> dict[str, dict[str, str]]:
+        # The records' own TTLs say which are alive; one SCAN and pipelined reads, once per job start.
+        head = self.key("")
+        keys = [_s(k) for k in self.client.scan_iter(match=_glob_escape(head) + "*", count=1000)]
+        out: dict[str, dict[str, str]] = {}
+        for start in range(0, len(keys), 1000):
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys[start : start + 1000]:
+                pipe.hgetall(key)
+            for key, fields in zip(keys[start : start + 1000], pipe.execute()):
+                if fields:
+                    out[key[len(head):]] = {_s(k): _s(v) for k, v in fields.items()}
+        return out
+
     def drop_all(self) -> None:
         """Delete every key under the prefix (tests)."""
         for key in self.client.scan_iter(match=f"{self.prefix}:*", count=1000):
             self.client.delete(key)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by a Redis glob (a prefix may hold ``*``, ``?`` or ``[``)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _s(value: Any) -> str:
