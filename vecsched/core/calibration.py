@@ -217,6 +217,8 @@ def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[fl
     Each forecast request waits unstarted from its forecast (``forecast``
     pair) to its first start, expiry or cancellation (``start``, ``stall``,
     ``cancelled`` pairs), or to the last pair of the window if none came yet.
+    A request that completes with no start or stall pair had a job when first
+    seen (it pairs neither): it never waited unstarted, and adds no exposure.
     The hazard is the cancellations before any start over that exposure.
 
     Examples
@@ -228,6 +230,17 @@ def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[fl
     ...           P(request_id="z", gentype="text", phase="start", at=150.0)]
     >>> cancel_hazards(pairs, min_cancelled=1)   # 1 cancellation over 100 + 50 + 150 s
     [0.0033333333333333335, 0.0]
+
+    A request assigned before it was seen (done at 30 s) beside one cancelled after 50 s, the
+    window's last pair a day on: the first counted a day of waiting, and the hazard fell 1,700-fold.
+
+    >>> done = [P(request_id="b", gentype="text", phase="forecast", at=0.0),
+    ...         P(request_id="b", gentype="text", phase="cancelled", at=50.0),
+    ...         P(request_id="d", gentype="text", phase="forecast", at=0.0),
+    ...         P(request_id="d", gentype="text", phase="completion", at=30.0),
+    ...         P(request_id="y", gentype="text", phase="forecast", at=86_400.0)]
+    >>> cancel_hazards(done, min_cancelled=1)
+    [0.02, 0.0]
     """
     import pandas as pd
 
@@ -248,6 +261,9 @@ def cancel_hazards(pairs: Any, *, min_cancelled: int = MIN_CANCELLED) -> list[fl
     start = first["start"] if "start" in first else pd.Series(np.nan, index=first.index)
     cancelled_first = cancel.notna() & ~(start <= cancel)
     exposure = (stop - at0).clip(lower=0.0)
+    stall = first["stall"] if "stall" in first else pd.Series(np.nan, index=first.index)
+    if "completion" in first:
+        exposure[first["completion"].notna() & start.isna() & stall.isna() & cancel.isna()] = 0.0
     for code, name in ((TEXT, "text"), (IMAGE, "image")):
         mine = at0.notna() & (gentype == name)
         count, seconds = int(cancelled_first[mine].sum()), float(exposure[mine].sum())
