@@ -124,3 +124,10 @@ def test_a_null_forecast_is_filled_from_other_seeds_requests_no_capacity_could_s
     # A pool's copy of the scored seed is not learned from either; without other seeds' outcomes, unknown.
     alone = {p.request_id: p for p in cross_calibrated(nulls + unserved(1, 10.0), pool=unserved(1, 5.0))}
     assert alone["1:r0"].p50 is None and alone["1:r0"].p90 is None
+    # A late forecast whose request started before it was made is a miss, and the fill (made, in the
+    # job, when a forecast is) never turns it into a hit; one made in time is filled as any other.
+    late = [Pair(NAME, "text", "start", "1:miss", 0.0, None, None, 10.0, True, late=30.0),
+            Pair(NAME, "text", "start", "1:made", 0.0, None, None, 250.0, True, late=30.0)]
+    got = {p.request_id: p for p in cross_calibrated(late + _pairs(2, 10.0) + unserved(2, 300.0))}
+    assert (got["1:miss"].p50, got["1:miss"].p90) == (None, None)
+    assert got["1:made"].p50 == 300.0 + 30.0  # on the first sighting's clock

@@ -85,7 +85,11 @@ def cross_calibrated(pairs: Sequence[Any], *, estimator: str = NAME, min_pairs: 
             p50 = np.array([np.nan if p.p50 is None else p.p50 for p in rows], dtype=np.float64) - late
             gentype = np.array([TEXT if p.gentype == "text" else IMAGE for p in rows])
             p90 = calibrated_p90(p50, phase=phase, gentype=gentype, calibration=calibration)
-            filled, p90 = no_capacity_forecast(p50, p90, phase=phase, gentype=gentype, calibration=calibration)
+            # The job fills a null p50 when it makes the forecast: an outcome before a late forecast
+            # was made is a miss (null on purpose: lateness never flatters), and stays one here.
+            made_in_time = np.array([p.observed >= p.late for p in rows], dtype=bool)
+            filled, filled_p90 = no_capacity_forecast(p50, p90, phase=phase, gentype=gentype, calibration=calibration)
+            filled, p90 = np.where(made_in_time, filled, p50), np.where(made_in_time, filled_p90, p90)
             out += [replace(p, estimator=CALIBRATED, p50=p.p50 if p.p50 is not None or np.isnan(c) else float(c + d),
                             p90=None if np.isnan(v) else float(v + d))
                     for p, c, v, d in zip(rows, filled, p90, late)]
