@@ -39,8 +39,9 @@ def test_each_request_is_scored_once_from_its_first_sighting() -> None:
 
 def test_cli_writes_promotion_json_pooled_over_seeds(tmp_path, capsys) -> None:
     out = tmp_path / "sim"
-    assert main(["simulate", "steady", "--minutes", "1", "--seed", "1", "--seed", "2", "--every", "30",
-                 "--tail", "120", "-o", str(out)]) == 0
+    # seed 2 named twice is one run: its pairs counted twice could alone have made a series "enough"
+    assert main(["simulate", "steady", "--minutes", "1", "--seed", "1", "--seed", "2", "--seed", "2",
+                 "--every", "30", "--tail", "120", "-o", str(out)]) == 0
     doc = json.loads((out / "promotion.json").read_text())
     assert doc["format"] == "vecsched.promotion/1" and doc["seeds"] == [1, 2]
     from vecsched.core.forecasts import ESTIMATORS

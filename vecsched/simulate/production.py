@@ -143,6 +143,7 @@ def run_seeds(name: str, minutes: float, seeds: Sequence[int], **kwargs: Any) ->
     """
     from vecsched.simulate.accuracy import run
 
+    seeds = list(dict.fromkeys(seeds))  # a seed named twice would count its pairs twice
     pooled: list[Pair] = []
     runs = []
     on_snapshot = kwargs.pop("on_snapshot", None)

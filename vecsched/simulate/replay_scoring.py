@@ -208,6 +208,7 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
 
     horde = counterfactual(scenario(name) if isinstance(name, str) else name, world)
     hazards = {seed: cancel_hazards(_plain_run(horde, minutes, seed)) for seed in {*seeds, *(s + 1 for s in seeds)}}
+    seeds = list(dict.fromkeys(seeds))  # a seed named twice would count its pairs twice
     pooled: list[Any] = []
     sighted: dict[str, dict[str, Any]] = {}
     extra: list[Any] = []
@@ -216,7 +217,8 @@ def score_seeds(name: str, minutes: float, seeds: Sequence[int], *, dump: str | 
             # Cancellations as the job learns them from its pairs, here from other seeds' runs.
             others = [hazards[s] for s in seeds if s != seed] or [hazards[seed + 1]]
             learned = tuple(float(np.mean(h)) for h in zip(*others))
-            settings = replace(ReplaySettings(), **(changes or {}), cancel_hazard=learned)
+            # A --set cancel_hazard=... is the setting to study: it wins over the learned one.
+            settings = replace(ReplaySettings(), **{"cancel_hazard": learned, **(changes or {})})
             register(DispatchReplayV1(settings=settings))
             extra = [register(view(settings)) for view in views]
             sightings = _Sightings([v.name for v in extra], replay_every=replay_every)
