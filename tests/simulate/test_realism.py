@@ -123,3 +123,22 @@ def test_a_horde_without_bursts_is_always_calm_and_keeps_its_rate() -> None:
     sim.run_until(sim.now + hours)
     # The daily cycle's quarter from midnight runs above the mean; only "no crash, near the rate" is pinned.
     assert len(sim.requests) / hours == pytest.approx(rate, rel=0.35)
+
+
+def test_lone_idles_worker_stays_mostly_idle_on_its_own_stream() -> None:
+    # Its fixed one request per 20 s was 112% of its capacity under realism's job lengths, and the
+    # main stream's served-model draw sent it more: it was busy 86-87% of the time, against its
+    # scenario's intent (its users wait seconds, not the backlog).
+    from vecsched.simulate.realism import _served_model
+    from vecsched.simulate.scenarios import LONE_LOAD
+
+    model = "koboldcpp/lonely-7b"
+    sim, pop = build(scenario("lone_idle"), 0, 10, warmup=180, tail=0)
+    assert model in pop.reserved_models
+    assert model not in {_served_model(sim, TEXT, frozenset(pop.reserved_models)) for _ in range(2000)}
+    start = sim.now
+    sim.run_until(start + 780)
+    lone = next(w for w in sim.workers.values() if model in w.models)
+    busy = sum(min(j.ended or sim.now, sim.now) - max(j.started, start + 180)
+               for j in sim.jobs.values() if j.worker is lone and (j.ended or sim.now) > start + 180)
+    assert 0 < busy / 600 < 2 * LONE_LOAD

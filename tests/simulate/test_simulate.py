@@ -219,12 +219,15 @@ def test_pairing_measures_what_happened_next():
     assert ours.possible_expired == pytest.approx(1 / 3)
 
 
-def test_lone_idle_worker_gain_is_measured():
+def test_lone_idle_worker_gain_is_measured(monkeypatch):
     # A request for the model one idle worker serves: the eligibility-aware wait
     # is close to what happened, the horde-wide wait counts the whole backlog.
     # On the plain model (realism=None): its exact job times isolate the eligibility gain.
-    from vecsched.simulate import scenario
+    # Its stream at the worker's whole capacity, so that snapshots 20 s apart see enough of its
+    # requests waiting in six minutes (at the scenario's own 30% most are served between two).
+    from vecsched.simulate import scenario, scenarios
 
+    monkeypatch.setattr(scenarios, "LONE_LOAD", 1.0)
     result = run(scenario("lone_idle", realism=None), minutes=6, seed=0, every=20, warmup=240, tail=900)
     lonely = result.pairs[
         result.pairs["id"].map(lambda rid: result.sim.requests[rid].models == ("koboldcpp/lonely-7b",))

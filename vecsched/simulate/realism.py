@@ -94,13 +94,17 @@ def job_time(realism: Realism, rng: Any, w: Any, r: Any, speed: float) -> tuple[
     return seconds, r.output / seconds
 
 
-def _served_model(sim: Any, gentype: int) -> str | None:
-    """A model drawn by the online threads serving it (None when nothing is served)."""
+def _served_model(sim: Any, gentype: int, reserved: frozenset[str] = frozenset()) -> str | None:
+    """A model drawn by the online threads serving it (None when nothing is served).
+
+    ``reserved``: models a scenario feeds with a stream of its own (``lone_idle``'s), never drawn here.
+    """
     weights: dict[str, float] = {}
     for w in sim.workers.values():
         if w.online and w.gentype == gentype and not w.paused:
             for m in w.models:
-                weights[m] = weights.get(m, 0.0) + w.threads / len(w.models)
+                if m not in reserved:
+                    weights[m] = weights.get(m, 0.0) + w.threads / len(w.models)
     if not weights:
         return None
     names = sorted(weights)
@@ -147,7 +151,7 @@ def arrivals(pop: Any, realism: Realism, gentype: int, rate: float, until: float
         r = pop.request(gentype)
         painting = gentype == IMAGE and r.source_processing in (2, 3)  # keeps its inpainting model
         if len(r.models) == 1 and not painting and sim.rng.random() < realism.served_share:
-            model = _served_model(sim, gentype)
+            model = _served_model(sim, gentype, frozenset(pop.reserved_models))
             if model is not None:
                 r = replace(r, models=(model,))  # derived fields (model set, gate row) follow
         sim.add_request(r)

@@ -112,6 +112,7 @@ class Population:
     user_priority: dict[str, int] = field(default_factory=dict)
     rates: dict[int, float] = field(default_factory=dict)  # mean arrivals per second, per gentype (build)
     ids: str | None = None  # the namespace of UUID ids (see build); None: short serial ids
+    reserved_models: set[str] = field(default_factory=set)  # fed by a scenario's own stream only
     _n: int = 0
 
     def __post_init__(self) -> None:
@@ -278,7 +279,8 @@ class Population:
         common.update(override)
         return SimRequest(**common)
 
-    def capacity(self, gentype: int, samples: int = 1000) -> float:
+    def capacity(self, gentype: int, samples: int = 1000, workers: list[SimWorker] | None = None,
+                 **override: Any) -> float:
         """Requests per second the gentype's serving workers finish when kept busy: its true capacity.
 
         Each thread finishes one request per ``n`` times the seconds a job
@@ -288,13 +290,15 @@ class Population:
         requests drawn as arrivals are; summed over the threads of the online
         workers that are neither paused nor in maintenance. Draws from the
         simulation's generator and puts it back, as :meth:`mean_work` does.
+        ``workers`` and ``override`` (request fields): one worker's capacity for one stream.
         """
         sim = self.sim
-        workers = [w for w in sim.workers.values()
-                   if w.online and w.gentype == gentype and not w.paused and not w.maintenance]
+        if workers is None:
+            workers = [w for w in sim.workers.values()
+                       if w.online and w.gentype == gentype and not w.paused and not w.maintenance]
         saved = sim.rng.getstate(), self._n
         try:
-            drawn = [self.request(gentype) for _ in range(samples)]
+            drawn = [self.request(gentype, **override) for _ in range(samples)]
             return sum(w.threads / (sum(r.n * sim.thread_seconds(w, r) for r in drawn) / samples)
                        for w in workers)
         finally:
@@ -438,6 +442,10 @@ def _burst(sim: Simulation, pop: Population) -> None:
     pop.arrivals(TEXT, 3 * 0.3 * pop.rates[TEXT], start + 180.0, start=start, models=(model,))
 
 
+LONE_LOAD = 0.3
+"""The lone worker's own stream as a share of its capacity: mostly idle, so its users wait seconds."""
+
+
 def _lone_idle(sim: Simulation, pop: Population) -> None:
     # One worker alone serves a rare model whose requests trickle in, while the
     # rest of the horde starts with ten minutes of backlog and stays overloaded:
@@ -449,7 +457,11 @@ def _lone_idle(sim: Simulation, pop: Population) -> None:
                    maintenance=False, paused=False, max_length=1024, max_context_length=16384,
                    nsfw=True, owner_trusted=True, bridge_agent=_TEXT_BRIDGES[0][0])
     sim.add_worker(w)
-    pop.arrivals(TEXT, 1 / 20, sim.now + 3600 * 3, models=(model,), worker_ids=(), excluded=())
+    # Its rate from its capacity (a fixed one request per 20 s was 112% of it under realism's job
+    # lengths), and only from its own stream: the main stream draws among the other served models.
+    stream = {"models": (model,), "worker_ids": (), "excluded": ()}
+    pop.reserved_models.add(model)
+    pop.arrivals(TEXT, LONE_LOAD * pop.capacity(TEXT, workers=[w], **stream), sim.now + 3600 * 3, **stream)
 
 
 def _drought(sim: Simulation, pop: Population) -> None:
