@@ -79,3 +79,33 @@ def test_stall_equals_reference_and_reaches_every_evidence() -> None:
     print("evidence counts:", dict(seen))
     missing = [e for e in EVIDENCE if seen[e] == 0]
     assert not missing, f"the generator never reached {missing}; counts {dict(seen)}"
+
+
+def _tied_horde(seed: int) -> dict:
+    """Requests made in a few instants (a transaction's now()), across priorities, models and workers."""
+    import numpy as np
+
+    from vecsched.snapshot.times import iso
+
+    rng = np.random.default_rng(seed)
+    now = 1_800_000_000.0
+    models = ["a", "b", "c"]
+    workers = [{"id": f"w{k}", "user_id": f"o{k}", "gentype": "text", "last_check_in": iso(now - 5),
+                "models": list(rng.choice(models, size=rng.integers(1, 3), replace=False)),
+                "speed": float(rng.uniform(5, 30)), "threads": int(rng.integers(1, 3)),
+                "max_length": int(rng.choice([256, 512]))} for k in range(4)]
+    instants = now - rng.choice([20.0, 140.0, 260.0, 400.0], size=3, replace=False)
+    requests = [{"id": f"r{k:03d}", "user_id": f"u{k % 5}", "gentype": "text", "n": int(rng.integers(1, 3)),
+                 "created": iso(float(rng.choice(instants))), "expiry": iso(now + 600),
+                 "extra_priority": int(rng.choice([0, 0, 5])), "max_length": int(rng.choice([100, 400])),
+                 "models": [str(rng.choice(models))]} for k in range(int(rng.integers(20, 60)))]
+    return {"format": "vecsched.snapshot/1", "now": iso(now), "workers": workers, "requests": requests}
+
+
+def test_requests_made_at_one_instant_equal_the_reference() -> None:
+    # Ties on (priority, created) are summed per tie and signature since a review found their pairs
+    # listed one by one (8,000 requests of one instant: 8.7 s and 3.2 GB): the sums must not move.
+    seen: Counter = Counter()
+    for seed in range(40):
+        check(_tied_horde(seed), seen)
+    assert seen["none_eligible"] < sum(seen.values())  # the hordes are served, so the ties are summed

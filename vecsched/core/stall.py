@@ -790,22 +790,46 @@ class _Context:
             self._add(self.halves[h], k[mask], ev.d_work[d[mask]])
 
     def arrivals(self, takeable: np.ndarray, row_local: np.ndarray, reqs: np.ndarray) -> None:
-        """Arriving work of the requests ``reqs`` (of rows ``row_local``) from arrivals tied with them on (priority, created)."""
+        """Arriving work of the requests ``reqs`` (of rows ``row_local``) from arrivals tied with them on (priority, created).
+
+        For a request whose window starts at its creation, an arrival ahead of it has a higher
+        priority (see _recent_window) or the same priority and creation time: those tied ahead in
+        the queue and takeable by the request's row. Summed per (tie, arrival signature) as
+        running sums in queue order, so the cost follows the requests times the signatures of
+        their tie, never the pairs of a tie: thousands of requests made in one transaction share
+        one ``created`` (PostgreSQL's now()), and listing their pairs took seconds and gigabytes.
+        """
         rq, arrived = self.rq, self.arrived
-        # For a request whose window starts at its creation, an arrival ahead of
-        # it has a higher priority (see _recent_window) or the same priority and
-        # creation time: the latter is a join on (priority, created).
+        if len(arrived) == 0 or len(reqs) == 0:
+            return
         same = self.prio_rank * self.n_created + self.created_rank
-        by_key = np.argsort(same[arrived], kind="stable")
-        sorted_keys = same[arrived][by_key]
-        lo = np.searchsorted(sorted_keys, same[reqs], "left")
-        hi = np.searchsorted(sorted_keys, same[reqs], "right")
-        j, q = _expand_ranges(lo, hi, np.arange(len(reqs)), by_key)
-        takes = takeable[row_local[q], self.signature[arrived[j]]]
-        k, j = reqs[q[takes]], j[takes]
-        created = rq.created[arrived[j]]
-        keep = (created >= self.start[k]) & (self.position[arrived[j]] < self.position[k])
-        k, j, created = k[keep], j[keep], created[keep]
-        second = created >= self.middle[k]
-        for h, mask in enumerate((~second, second)):
-            self._add(self.halves[h], k[mask], self.arrived_work[j[mask]])
+        key, sig = same[arrived].astype(np.int64), self.signature[arrived].astype(np.int64)
+        # Arrivals by (tie, signature) segment, then queue position; running work within each segment.
+        code = key * (int(sig.max()) + 1) + sig
+        order = np.lexsort((self.position[arrived], code))
+        code_sorted, pos_sorted = code[order], self.position[arrived][order].astype(np.int64)
+        first = np.flatnonzero(np.r_[True, code_sorted[1:] != code_sorted[:-1]])  # each segment's first row
+        seg_sorted = np.cumsum(np.r_[False, code_sorted[1:] != code_sorted[:-1]])
+        running = np.concatenate([[0.0], np.cumsum(self.arrived_work[order])])
+        seg_key, seg_sig = key[order][first], sig[order][first]
+        span = int(pos_sorted.max(initial=0)) + 1
+        ranked = seg_sorted * span + pos_sorted  # ascending: segments, then positions
+        # (request, segment of its tie) pairs, in chunks that bound memory.
+        lo = np.searchsorted(seg_key, same[reqs], "left")
+        hi = np.searchsorted(seg_key, same[reqs], "right")
+        per = np.maximum(hi - lo, 0)
+        bounds = np.searchsorted(np.cumsum(per), np.arange(0, int(per.sum()), PAIRS_PER_CHUNK), "right")
+        for a, b in zip(np.r_[0, bounds[1:]], np.r_[bounds[1:], len(reqs)]):
+            seg, q = _expand_ranges(lo[a:b], hi[a:b], np.arange(a, b), np.arange(len(seg_key)))
+            takes = takeable[row_local[q], seg_sig[seg]]
+            seg, q = seg[takes], q[takes]
+            k = reqs[q]
+            # Work of the segment's arrivals ahead of k: positions before k's within its segment.
+            ahead = np.searchsorted(ranked, seg * span + self.position[k].astype(np.int64), "left")
+            work = running[ahead] - running[first[seg]]
+            # A tie's creation is the request's own: in its window, and in the second half only
+            # when the window has no first one.
+            second = rq.created[k] >= self.middle[k]
+            keep = rq.created[k] >= self.start[k]
+            for h, mask in enumerate((~second & keep, second & keep)):
+                self._add(self.halves[h], k[mask], work[mask])
