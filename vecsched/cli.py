@@ -115,7 +115,7 @@ def _estimate(args: argparse.Namespace) -> int:
     for error in snapshot.rejected:
         print(f"vecsched: rejected {error}", file=sys.stderr)
     result = estimate(snapshot, eligible_image_wait=args.eligible_image_wait)
-    text = json.dumps(result.to_dict(), indent=1)
+    text = json.dumps(result.to_dict(), indent=1, allow_nan=False)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(text + "\n")

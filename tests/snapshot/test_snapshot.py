@@ -142,3 +142,34 @@ def test_a_snapshot_pickles_and_copies_and_estimates_the_same() -> None:
     for again in (pickle.loads(pickle.dumps(snapshot)), copy.deepcopy(snapshot), copy.copy(snapshot)):
         assert again.to_dict() == snapshot.to_dict()
         assert vecsched.estimate(again).to_frame().equals(vecsched.estimate(snapshot).to_frame())
+
+
+def test_a_wait_that_overflows_is_null_and_the_document_is_strict_json(tmp_path) -> None:
+    # A legal speed of 5e-324 made the waits infinite, and to_json and `vecsched estimate` wrote the
+    # bare token Infinity: JavaScript's JSON.parse, Go and jq refuse the whole document.
+    import json
+
+    import vecsched
+    from vecsched.cli import main
+
+    now = "2026-11-29T12:00:00Z"
+    doc = {"format": "vecsched.snapshot/1", "now": now,
+           "workers": [{"id": "w", "user_id": "u", "gentype": "text", "last_check_in": now, "models": ["m"],
+                        "speed": 5e-324}, {"id": "v", "user_id": "u", "gentype": "image", "last_check_in": now,
+                                           "speed": 1e308}, {"id": "x", "user_id": "u", "gentype": "image",
+                                                             "last_check_in": now, "speed": 1e308}],
+           "requests": [{"id": "r", "user_id": "q", "gentype": "text", "n": 1, "created": "2026-11-29T11:59:00Z",
+                         "expiry": "2026-11-29T12:10:00Z", "models": ["m"]}]}
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    estimates = vecsched.estimate(vecsched.load_snapshot(doc))
+    parsed = json.loads(estimates.to_json(), parse_constant=strict)
+    assert parsed["estimates"]["r"]["wait_time"] is None
+    assert parsed["horde"]["image"]["mean_speed"] is None  # two speeds of 1e308 average to inf
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "e.json"
+    assert main(["estimate", str(path), "-o", str(out)]) == 0
+    json.loads(out.read_text(), parse_constant=strict)

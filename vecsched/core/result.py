@@ -223,7 +223,8 @@ class Estimates:
             if name == "gentype":
                 cols.append([GENTYPES[g] for g in values.tolist()])
             elif name in FLOAT_FIELDS:
-                cols.append([None if math.isnan(v) else v for v in values.tolist()])
+                # Unknown, and the infinities JSON cannot carry (a speed of 5e-324), are null.
+                cols.append([v if math.isfinite(v) else None for v in values.tolist()])
             elif name in EVIDENCE_FIELDS:
                 cols.append(evidence_names(values))
             else:
@@ -232,18 +233,32 @@ class Estimates:
             rid: dict(zip(names, row)) for rid, row in zip(self.request_id.tolist(), zip(*cols))
         }
         for k, entry in enumerate(estimates.values()):
-            entry["forecasts"] = {name: f.row(k) for name, f in self.forecasts.items()}
+            # An infinite p50 or p90 (the replay's "not within its horizon") is null in the document
+            # alone: the recorded forecasts keep it, and are scored with it (a p90 of inf covers).
+            entry["forecasts"] = {name: _finite(f.row(k)) for name, f in self.forecasts.items()}
         return {
             "format": FORMAT,
             "now": iso(self.now),
-            "horde": self.horde,
+            "horde": _finite(self.horde),
             "estimates": estimates,
         }
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """Serialise the estimates document; also write it to ``path`` if given."""
-        text = json.dumps(self.to_dict(), separators=(",", ":"))
+        text = json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)  # RFC 8259 JSON only
         if path is not None:
             with open(path, "w", encoding="utf-8") as fh:
                 fh.write(text)
         return text
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, the infinities) as None, through dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
