@@ -133,6 +133,38 @@ def test_a_pair_whose_store_failed_is_stored_by_the_next_write(backend: object) 
     assert Counter(p.phase for p in observed) == got  # counted once each, by the write that claimed it
 
 
+def test_two_writers_that_saw_different_outcomes_store_one_pair(backend: object) -> None:
+    # Pairs are stored before they are claimed; one writer saw the expiry (stall observed 1), another
+    # the start (stall observed 0), and both read the record before either stored: Redis kept both
+    # versions (its members differ) until each pair was stored once per request and phase.
+    import threading
+
+    class Gate:
+        def __init__(self, inner: object, barrier: threading.Barrier) -> None:
+            self.inner, self.barrier = inner, barrier
+
+        def write(self, writes: object) -> object:
+            out = self.inner.write(writes)  # type: ignore[attr-defined]
+            self.barrier.wait(10)
+            return out
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+    t0 = time.time()
+    ForecastRecorder(backend).record_forecasts([("r", "text", t0 + 700.0, {"x": FORECAST})], now=t0 + 100.0)  # type: ignore[arg-type]
+    barrier = threading.Barrier(2)
+    writers = [ForecastRecorder(Gate(backend, barrier)) for _ in range(2)]  # type: ignore[arg-type]
+    events = [("r", "expired_without_start", t0 + 700.0, t0 + 700.0), ("r", "started_at", t0 + 705.0, t0 + 700.0)]
+    threads = [threading.Thread(target=w.record_outcomes, args=([e],)) for w, e in zip(writers, events)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    got = Counter(p.phase for p in backend.pairs(0, 1e12))  # type: ignore[attr-defined]
+    assert got["stall"] == 1 and got["forecast"] == 1
+
+
 def test_start_before_the_first_sighting_pairs_no_start(backend: object) -> None:
     recorder = ForecastRecorder(backend)  # type: ignore[arg-type]
     t0 = time.time()

@@ -32,6 +32,15 @@ return redis.call('HGETALL', KEYS[1])
 """
 
 
+_ADD_PAIR_LUA = """
+-- KEYS[1]: the request's record, KEYS[2]: the pair's series; ARGV: stored-mark field, member, score
+-- One pair per (estimator, phase, request), as SQL's primary key keeps it: two writers may hold two
+-- versions of a pair (one saw the expiry, the other the start), and the series takes the first.
+if redis.call('HSETNX', KEYS[1], ARGV[1], '1') == 1 then redis.call('ZADD', KEYS[2], ARGV[3], ARGV[2]) end
+return 0
+"""
+
+
 class RedisPairs:
     """The Redis backend (layout: docs/forecasts.md).
 
@@ -57,6 +66,7 @@ class RedisPairs:
         self.client = client
         self.prefix = prefix
         self._write = client.register_script(_WRITE_LUA)
+        self._add_pair = client.register_script(_ADD_PAIR_LUA)
 
     def key(self, request_id: str) -> str:
         """The record's key: ``{prefix}:forecast:{request_id}``."""
@@ -88,7 +98,9 @@ class RedisPairs:
         pipe = self.client.pipeline(transaction=False)
         for p in pairs:
             key = self._series(p.estimator, p.gentype, p.phase)
-            pipe.zadd(key, {p.to_json(): p.at})
+            # The mark lives in the record, so it expires with it (a pair forms only while it lives).
+            self._add_pair(keys=[self.key(p.request_id), key], args=[f"s:{p.estimator}:{p.phase}", p.to_json(), p.at],
+                           client=pipe)
             pipe.sadd(f"{self.prefix}:pairs", f"{p.estimator}\t{p.gentype}\t{p.phase}")
         pipe.execute()
 
