@@ -167,3 +167,16 @@ def test_event_times_written_as_other_iso_texts_are_cut_and_pruned_by_their_inst
     assert prune_events(engine, NOW.timestamp())["capacity_returns"] == 1
     with engine.connect() as conn:
         assert set(conn.execute(sa.select(capacity_returns.c.dispatch_id)).scalars()) == {"recent"}
+
+
+def test_a_return_time_sqlite_cannot_read_is_rejected_and_counted(sqlite_url: str) -> None:
+    # Compared by julianday(), text SQLite cannot read as a time fell outside both "after the cut"
+    # and "NULL": never loaded, never rejected, never counted. (A number there was lost before too.)
+    engine = make_engine(sqlite_url)
+    import_snapshot(engine, _snapshot([_dispatch("bad", 60), _dispatch("epoch", 60)], []))
+    with engine.begin() as conn:
+        for did, value in (("bad", "not a time"), ("epoch", NOW.timestamp() - 30)):
+            conn.execute(sa.text("INSERT INTO capacity_returns (dispatch_id, worker_id, returned_at) "
+                                 "VALUES (:d, 'w1', :t)"), {"d": did, "t": value})
+    loaded = load_horde(engine, NOW.timestamp())
+    assert {(e.id, e.field) for e in loaded.rejected} == {("bad", "returned_at"), ("epoch", "returned_at")}

@@ -55,6 +55,25 @@ def _instant_sqlite(element: instant, compiler: Any, **kw: Any) -> str:
     return f"julianday({compiler.process(element.clauses, **kw)})"
 
 
+class unreadable_time(FunctionElement):  # noqa: N801 - reads as the SQL it compiles to
+    """True where SQLite holds text it cannot read as a time (``julianday()`` is NULL); elsewhere a
+    time column holds times only, and the SQL stays as it was (no clause for the planner to weigh)."""
+
+    type = sa.Boolean()
+    inherit_cache = True
+
+
+@compiles(unreadable_time)
+def _unreadable(element: unreadable_time, compiler: Any, **kw: Any) -> str:
+    return "1 = 0"
+
+
+@compiles(unreadable_time, "sqlite")
+def _unreadable_sqlite(element: unreadable_time, compiler: Any, **kw: Any) -> str:
+    column = compiler.process(element.clauses, **kw)
+    return f"({column} IS NOT NULL AND julianday({column}) IS NULL)"
+
+
 def _returned_before_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
     early = sa.select(capacity_returns.c.dispatch_id).where(
         capacity_returns.c.dispatch_id == dispatch_id, instant(capacity_returns.c.returned_at) < instant(CUT)
@@ -72,10 +91,12 @@ def _returned_since_cut(dispatch_id: sa.ColumnElement[Any]) -> sa.ColumnElement[
 # table name -> the WHERE clause of the rows a cycle loads (parameter ``cut``)
 EVENT_FILTERS: dict[str, sa.ColumnElement[bool]] = {
     "dispatches": ~_returned_before_cut(dispatches.c.dispatch_id),
-    # A NULL time is loaded so that it is rejected and counted (as the JSON path does), not lost unseen;
-    # it closes no dispatch before the cut either.
+    # A NULL time, or text SQLite cannot read as one (its julianday() is NULL), is loaded so that it
+    # is rejected and counted (as the JSON path does), not lost unseen; it closes no dispatch before
+    # the cut either.
     "capacity_returns": ((instant(capacity_returns.c.returned_at) >= instant(CUT))
-                         | capacity_returns.c.returned_at.is_(None)),
+                         | capacity_returns.c.returned_at.is_(None)
+                         | unreadable_time(capacity_returns.c.returned_at)),
     "dispatch_priority_users": ~_returned_before_cut(dispatch_priority_users.c.dispatch_id),
 }
 
