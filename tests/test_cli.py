@@ -121,7 +121,7 @@ def test_status_before_any_cycle(capsys, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv", [["status", "abc"], ["top"], ["prospective"], ["db", "check"],
-                                  ["db", "dump", "-o", "x.json"]])
+                                  ["db", "dump", "-o", "x.json"], ["promotion"]])
 def test_a_reader_never_makes_the_sqlite_file_it_was_pointed_at(capsys, tmp_path: Path, argv) -> None:
     # Opening SQLite creates the file: a reader in the wrong directory left an empty one behind.
     missing = tmp_path / "elsewhere" / "vecsched.sqlite"

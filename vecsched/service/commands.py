@@ -236,7 +236,8 @@ def _db_url(args: argparse.Namespace, *, reading: bool = False) -> str:
     return url
 
 
-def _store(args: argparse.Namespace, *, reading: bool = False) -> Any:
+def command_store(args: argparse.Namespace, *, reading: bool = False) -> Any:
+    """The store a command's ``--redis``, ``--db`` and ``--prefix`` name; a reader's SQLite file must exist."""
     import os
 
     from vecsched.service.config import open_store
@@ -364,7 +365,7 @@ def _run(args: argparse.Namespace) -> int:
         loader = DemoHorde(engine, now=time.time())
         logging.getLogger("vecsched.job").info(
             "demo: a simulated horde lives in %s (--no-demo turns it off)", url)
-    store = _store(args)
+    store = command_store(args)
     every = None  # the replay, when on, runs inside every cycle
     if args.replay or args.replay_every is not None:
         from vecsched.core.replay import enable
@@ -416,7 +417,7 @@ def _status(args: argparse.Namespace) -> int:
 
     from vecsched.service.read import ForecastPublication
 
-    store = _store(args, reading=True)
+    store = command_store(args, reading=True)
     publish = ForecastPublication.for_store(args.publish_forecast, store) if args.publish_forecast else None
     result = status(args.request_id, store=store, max_age=args.max_age, publish=publish)
     print(json.dumps(result))
@@ -432,7 +433,7 @@ def _top(args: argparse.Namespace) -> int:
     from vecsched.service.read import cycle_age
     from vecsched.service.top import as_records, current_payloads, render, top_frame
 
-    reading, payloads = current_payloads(_store(args, reading=True))
+    reading, payloads = current_payloads(command_store(args, reading=True))
     if reading is None:
         raise UserError("no cycle was published yet: is vecsched run running?")
     frame = top_frame(payloads, gentype=args.gentype, limit=args.limit)
@@ -457,7 +458,7 @@ def _prospective(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             request[key] = getattr(args, key)
     request.setdefault("gentype", "text")
-    print(json.dumps(prospective(request, store=_store(args, reading=True), max_age=args.max_age)))
+    print(json.dumps(prospective(request, store=command_store(args, reading=True), max_age=args.max_age)))
     return 0
 
 

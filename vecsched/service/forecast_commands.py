@@ -38,13 +38,13 @@ def add_commands(sub: Any) -> None:
 
 
 def _promotion(args: argparse.Namespace) -> int:
-    from vecsched.service.config import open_store
+    from vecsched.service.commands import command_store
     from vecsched.service.forecast_job import recorder_for
     from vecsched.core.promotion import format_table, read_promotion
     from vecsched.errors import SettingError, describe
 
     try:
-        recorder = recorder_for(open_store(redis_url=args.redis, database_url=args.db, prefix=args.prefix))
+        recorder = recorder_for(command_store(args, reading=True))  # a report never makes the file it reads
         doc = read_promotion(recorder.backend, now=time.time(), window=args.window)
     except Exception as exc:  # noqa: BLE001 - no traceback reaches a CLI user
         print(f"vecsched: cannot read the forecast pairs: {describe(exc)}", file=sys.stderr)
