@@ -565,3 +565,26 @@ def test_a_never_expiring_request_survives_a_shift_to_now(tmp_path: Path) -> Non
     _sql.import_snapshot(engine, snap, shift_to=snap.now + 86_400.0)  # once: "year 10000 is out of range"
     loaded = _sql.load_horde(engine, snap.now + 86_400.0)
     assert loaded.rejected == () and loaded.requests.expiry.max() == LATEST
+
+
+def test_a_view_exposing_a_time_as_text_loads_and_judges_each_cell(pg_url: str) -> None:
+    # extract(epoch) on a text column failed every cycle ("function pg_catalog.extract(unknown, text)
+    # does not exist"), naming no table or column; SQLite reads such text as times, cell by cell.
+    engine = _sql.make_engine(pg_url)
+    snap = horde(workers=5, requests=30, seed=2)
+    _sql.import_snapshot(engine, snap)
+    before = _sql.load_horde(engine, snap.now)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE waiting_prompts RENAME TO base_waiting_prompts")
+        names = [c["name"] for c in sa.inspect(conn).get_columns("base_waiting_prompts")]
+        first = before.requests.id[0]
+        shown = ", ".join(
+            f"CASE WHEN id = '{first}' THEN 'soon' ELSE to_char(expiry AT TIME ZONE 'UTC', "
+            "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') END AS expiry" if name == "expiry" else name for name in names)
+        conn.exec_driver_sql(f"CREATE VIEW waiting_prompts AS SELECT {shown} FROM base_waiting_prompts")
+    after = _sql.load_horde(engine, snap.now)
+    assert [(e.id, e.field) for e in after.rejected] == [(first, "expiry")]
+    keep = before.requests.id != first
+    assert after.requests.id.tolist() == before.requests.id[keep].tolist()
+    assert after.requests.expiry.tolist() == before.requests.expiry[keep].tolist()
+    engine.dispose()

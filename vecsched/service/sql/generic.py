@@ -108,11 +108,14 @@ class _GenericFetch:
         params: dict[str, Any] | None = None,
     ) -> list[_Raw]:
         selected = []
+        text_times = self._text_times(table, renames, spec)
         for col in spec:
             sql_col = table.c[renames.get(col.name, col.name)]
             # The raw cell, not what a SQLAlchemy type would make of it: SQLite
             # keeps any value in any column, and each is judged by value.
-            if col.kind == "time":
+            if col.kind == "time" and col.name in text_times:
+                sql_col = _bounded(self.conn, sa.cast(sql_col, sa.Text()))
+            elif col.kind == "time":
                 sql_col = _epoch(self.conn, sql_col)
             elif col.kind in ("str", "enum"):
                 sql_col = _bounded(self.conn, sql_col)
@@ -124,8 +127,20 @@ class _GenericFetch:
             rows = self._all(query, params)
             raw = list(zip(*rows)) if rows else [() for _ in spec]
             del rows
-            text_times = self.conn.dialect.name == "sqlite"
-            return [_raw_from_list(col, list(values), text_times=text_times) for col, values in zip(spec, raw)]
+            return [_raw_from_list(col, list(values), text_times=col.name in text_times) for col, values in zip(spec, raw)]
+
+    def _text_times(self, table: sa.Table, renames: dict[str, str], spec: list[Column]) -> set[str]:
+        """The time columns read as text and parsed here: all of them on SQLite; on PostgreSQL those
+        the database does not type as timestamps (a view exposing ISO text), where extract(epoch)
+        failed every cycle with a line naming no column. Their cells are judged as SQLite's are."""
+        times = [col.name for col in spec if col.kind == "time"]
+        if self.conn.dialect.name == "sqlite":
+            return set(times)
+        if self.conn.dialect.name != "postgresql" or not times:
+            return set()
+        typed = {c["name"]: c["type"] for c in sa.inspect(self.conn).get_columns(table.name)}
+        stored = {name: typed.get(renames.get(name, name)) for name in times}
+        return {name for name, kind in stored.items() if kind is not None and not isinstance(kind, (sa.DateTime, sa.Date))}
 
     def link(
         self,
