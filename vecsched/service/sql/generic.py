@@ -113,7 +113,8 @@ class _GenericFetch:
             sql_col = table.c[renames.get(col.name, col.name)]
             # The raw cell, not what a SQLAlchemy type would make of it: SQLite
             # keeps any value in any column, and each is judged by value.
-            if col.kind == "time" and col.name in text_times:
+            if col.kind == "time" and col.name in text_times and self.conn.dialect.name == "postgresql":
+                # As text, cut at the bound (SQLite's cells are read raw: a blob stays a blob, judged as one).
                 sql_col = _bounded(self.conn, sa.cast(sql_col, sa.Text()))
             elif col.kind == "time":
                 sql_col = _epoch(self.conn, sql_col)
