@@ -260,17 +260,19 @@ class EventRecorder:
             # The database is away: one event at a time would wait out a connect timeout each.
             failed, reason = batch, type(exc).__name__
         except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad write
-            failed, reason = [], type(exc).__name__
-            for event in batch if len(batch) > 1 else ():
-                try:
-                    self._write([event])
-                    self.written += 1
-                except Exception:  # noqa: BLE001
-                    failed.append(event)
-            failed = failed if len(batch) > 1 else batch
+            reason = type(exc).__name__
+            failed = batch if len(batch) == 1 else [event for event in batch if not self._write_alone(event)]
         if failed:
             log.warning("writing %d scheduling events failed: %s", len(failed), reason)
             self._drop("write_failed", len(failed))
+
+    def _write_alone(self, event: tuple[str, dict[str, Any]]) -> bool:
+        try:
+            self._write([event])
+        except Exception:  # noqa: BLE001 - counted by the caller
+            return False
+        self.written += 1
+        return True
 
     def _write(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         from vecsched.service.sql.schema import capacity_returns, dispatch_priority_users, dispatches, init_db

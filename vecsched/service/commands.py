@@ -218,16 +218,15 @@ def _db_url(args: argparse.Namespace, *, reading: bool = False) -> str:
 
     from vecsched.errors import UserError
     from vecsched.service.config import default_database_url
+    from vecsched.service.sqlite_file import sqlite_path
 
     url = args.db or default_database_url()
     try:
-        parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError):
+        path = sqlite_path(sa.create_engine(url))  # an engine connects only when used: no file yet
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ValueError, ImportError):
         return url  # make_engine says what is wrong with it
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+    if path is None:
         return url
-    path = os.path.abspath(database)
     if reading and not os.path.exists(path):
         raise UserError(f"no database at {path}: start vecsched run (or vecsched db load) there first, "
                         "or name one with --db or VECSCHED_DATABASE_URL")
